@@ -1,0 +1,104 @@
+"""Procedural integer arithmetic (``"23+45="`` → ``"68"``) for the tiny character-level model.
+
+Prompts and answers use only ``0123456789+-*=``, the characters the tiny model's tokenizer knows.
+Which split a problem belongs to depends on its operands alone (a hash), never on the seed: every seed's
+training set is disjoint from every seed's test set. For ``+`` and ``*`` the hash ignores operand order,
+so ``23+45`` and ``45+23`` are always on the same side and the test set measures more than commutativity.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+
+from orchestrator.data.config import ArithmeticOptions, Split
+from workers.problem import Problem
+
+logger = logging.getLogger(__name__)
+
+COMMUTATIVE_OPERATIONS = frozenset("+*")
+# Up to this many (operation, a, b) triples we enumerate them all; above, we sample (3 digits: 10**6 per
+# operation would take seconds and hundreds of MB to enumerate).
+MAX_ENUMERATED_TRIPLES = 200_000
+# Rejection sampling slows down as the sample nears the whole split; past this share, refuse.
+MAX_SAMPLED_SHARE = 0.5
+
+Triple = tuple[str, int, int]
+
+
+def split_of(operation: str, a: int, b: int, test_fraction: float) -> Split:
+    """The split of one problem: a hash of the (order-free, where the operation allows) operand pair."""
+    if operation in COMMUTATIVE_OPERATIONS:
+        a, b = min(a, b), max(a, b)
+    digest = hashlib.sha256(f"{a}{operation}{b}".encode()).digest()
+    unit = int.from_bytes(digest[:8], "big") / 2**64
+    return "test" if unit < test_fraction else "train"
+
+
+def arithmetic_problems(options: ArithmeticOptions, split: Split, limit: int | None, seed: int) -> list[Problem]:
+    """``limit`` problems of ``split`` (all of it when ``limit`` is None), in a seeded random order."""
+    operands_per_side = 10**options.digits
+    total_triples = len(options.operations) * operands_per_side**2
+    if total_triples <= MAX_ENUMERATED_TRIPLES:
+        triples = _enumerate_split(options, split, limit, seed)
+    else:
+        triples = _sample_split(options, split, limit, seed, total_triples)
+    logger.debug("arithmetic: %d %s problems (digits=%d)", len(triples), split, options.digits)
+    return [_problem(triple) for triple in triples]
+
+
+def _in_split(triple: Triple, options: ArithmeticOptions, split: Split) -> bool:
+    operation, a, b = triple
+    if operation == "-" and not options.allow_negative_results and a < b:
+        return False
+    return split_of(operation, a, b, options.test_fraction) == split
+
+
+def _enumerate_split(options: ArithmeticOptions, split: Split, limit: int | None, seed: int) -> list[Triple]:
+    operands = range(10**options.digits)
+    triples = [
+        triple
+        for triple in ((operation, a, b) for operation in options.operations for a in operands for b in operands)
+        if _in_split(triple, options, split)
+    ]
+    if limit is not None and limit > len(triples):
+        raise ValueError(
+            f"limit: {limit} asked, but the {split} split of arithmetic (digits={options.digits}, "
+            f"operations={list(options.operations)}) holds only {len(triples)} problems"
+        )
+    random.Random(seed).shuffle(triples)
+    return triples if limit is None else triples[:limit]
+
+
+def _sample_split(
+    options: ArithmeticOptions, split: Split, limit: int | None, seed: int, total_triples: int
+) -> list[Triple]:
+    split_share = options.test_fraction if split == "test" else 1.0 - options.test_fraction
+    ceiling = int(total_triples * split_share * MAX_SAMPLED_SHARE)
+    if limit is None or limit > ceiling:
+        raise ValueError(
+            f"limit: arithmetic with digits={options.digits} has {total_triples} problems, too many to "
+            f"enumerate; give a limit of at most {ceiling} (got {limit})"
+        )
+    rng = random.Random(seed)
+    upper = 10**options.digits - 1
+    chosen: dict[Triple, None] = {}  # insertion-ordered set: the draw order is the output order
+    while len(chosen) < limit:
+        triple = (rng.choice(options.operations), rng.randint(0, upper), rng.randint(0, upper))
+        if triple not in chosen and _in_split(triple, options, split):
+            chosen[triple] = None
+    return list(chosen)
+
+
+def _problem(triple: Triple) -> Problem:
+    operation, a, b = triple
+    result = {"+": a + b, "-": a - b, "*": a * b}[operation]
+    expression = f"{a}{operation}{b}"
+    return Problem(
+        id=f"arithmetic-{expression}",
+        prompt=f"{expression}=",
+        answer=str(result),
+        domain="arithmetic",
+        metadata={"operation": operation, "operands": [a, b]},
+    )

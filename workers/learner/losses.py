@@ -1,0 +1,290 @@
+"""RLVR policy losses as pure functions: PPO-clip surrogate, KL estimators, loss aggregation.
+
+Everything here takes per-token tensors of shape [B, T] (B sequences, T response positions) and a
+``response_mask`` of the same shape, and knows nothing of models, engines or processes.
+
+Conventions (as in verl's ``core_algos``):
+- ratio r_t = exp(log π − log π_old); the PPO-clip surrogate per token is
+  ℓ_t = max(−A r, −A clip(r, 1 − ε_low, 1 + ε_high)), and with dual-clip c (A < 0 only)
+  ℓ_t = min(ℓ_t, −A c).
+- the KL penalty β·KL_t(π ‖ π_ref) is added per token, with KL estimated by k1, k2 or k3.
+- per-token losses are reduced to a scalar by an aggregation mode; every mode is a weighted sum
+  Σ w_t ℓ_t, and :func:`aggregation_weights` returns those w_t (GMTS needs them: they scale each
+  token's gradient).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
+LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+
+# low_var_kl is k3 clamped to this range, as in verl; beyond it the gradient is zero.
+LOW_VAR_KL_BOUND = 10.0
+
+
+class PolicyLossConfig(BaseModel):
+    """The loss actually optimised; token selection (GMTS) reads it to compute ω."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clip_low: float = Field(0.2, ge=0.0, lt=1.0, description="ε_low: ratio lower clip is 1 − ε_low.")
+    clip_high: float = Field(0.2, ge=0.0, description="ε_high: ratio upper clip is 1 + ε_high (DAPO: 0.28).")
+    dual_clip: float | None = Field(
+        None, gt=1.0, description="Dual-clip constant c (> 1) bounding the loss of A < 0 tokens; None = off."
+    )
+    kl_coef: float = Field(0.0, ge=0.0, description="β of the per-token KL(π‖π_ref) penalty; 0 = no KL.")
+    kl_estimator: KLEstimator = "k3"
+    loss_agg: LossAggregation = "token-mean"
+    loss_agg_norm_length: int | None = Field(
+        None, gt=0, description="Constant length for seq-mean-token-sum-norm (Dr. GRPO); None = T of the batch."
+    )
+    entropy_coef: float = Field(0.0, ge=0.0, description="Entropy bonus coefficient (not part of ω).")
+
+
+# --------------------------------------------------------------------------------------------- KL
+@dataclass(frozen=True)
+class KLTerm:
+    """A KL estimator: its per-token value and its derivative with respect to log π."""
+
+    value: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    grad_wrt_logp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+KL_ESTIMATORS: dict[str, KLTerm] = {}
+
+
+def register_kl_estimator(name: str, term: KLTerm) -> None:
+    KL_ESTIMATORS[name] = term
+
+
+def _k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    # k3 = π_ref/π − 1 − log(π_ref/π)  (Schulman's unbiased, positive estimator)
+    log_ratio = ref_logp - logp
+    return log_ratio.exp() - 1.0 - log_ratio
+
+
+def _low_var_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return _k3(logp, ref_logp).clamp(-LOW_VAR_KL_BOUND, LOW_VAR_KL_BOUND)
+
+
+def _low_var_kl_grad(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    inside = _k3(logp, ref_logp).abs() <= LOW_VAR_KL_BOUND
+    return (1.0 - (ref_logp - logp).exp()) * inside
+
+
+register_kl_estimator("k1", KLTerm(lambda lp, ref: lp - ref, lambda lp, ref: torch.ones_like(lp)))
+register_kl_estimator("k2", KLTerm(lambda lp, ref: 0.5 * (lp - ref).square(), lambda lp, ref: lp - ref))
+register_kl_estimator("k3", KLTerm(_k3, lambda lp, ref: 1.0 - (ref - lp).exp()))
+register_kl_estimator("low_var_kl", KLTerm(_low_var_kl, _low_var_kl_grad))
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    return _kl_term(estimator).value(logp, ref_logp)
+
+
+def _kl_term(estimator: str) -> KLTerm:
+    try:
+        return KL_ESTIMATORS[estimator]
+    except KeyError:
+        raise ValueError(f"unknown kl_estimator {estimator!r}; known: {sorted(KL_ESTIMATORS)}") from None
+
+
+# ------------------------------------------------------------------------------------ aggregation
+AGGREGATIONS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {}
+
+
+def register_aggregation(name: str):
+    def decorator(fn: Callable[[torch.Tensor, int], torch.Tensor]):
+        AGGREGATIONS[name] = fn
+        return fn
+
+    return decorator
+
+
+def _num_sequences(mask: torch.Tensor) -> torch.Tensor:
+    # Sequences with no response token (fully padded rows) do not count towards seq-mean.
+    return (mask.sum(-1) > 0).sum().clamp_min(1)
+
+
+@register_aggregation("token-mean")
+def _token_mean(mask: torch.Tensor, norm_length: int) -> torch.Tensor:
+    return mask / mask.sum().clamp_min(1)
+
+
+@register_aggregation("seq-mean-token-mean")
+def _seq_mean_token_mean(mask: torch.Tensor, norm_length: int) -> torch.Tensor:
+    lengths = mask.sum(-1, keepdim=True).clamp_min(1)
+    return mask / lengths / _num_sequences(mask)
+
+
+@register_aggregation("seq-mean-token-sum")
+def _seq_mean_token_sum(mask: torch.Tensor, norm_length: int) -> torch.Tensor:
+    return mask / _num_sequences(mask)
+
+
+@register_aggregation("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(mask: torch.Tensor, norm_length: int) -> torch.Tensor:
+    # Dr. GRPO: divide every sequence's token sum by one constant length, not by its own length.
+    return mask / norm_length / _num_sequences(mask)
+
+
+def aggregation_weights(mask: torch.Tensor, mode: str, norm_length: int | None = None) -> torch.Tensor:
+    """Per-token weights w [B, T] such that the aggregated loss is Σ w_t ℓ_t (zero off the mask)."""
+    try:
+        weights_of = AGGREGATIONS[mode]
+    except KeyError:
+        raise ValueError(f"unknown loss_agg {mode!r}; known: {sorted(AGGREGATIONS)}") from None
+    return weights_of(mask.float(), norm_length or mask.shape[-1])
+
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_length: int | None = None) -> torch.Tensor:
+    return (per_token * aggregation_weights(mask, mode, norm_length)).sum()
+
+
+# -------------------------------------------------------------------------------- PPO-clip terms
+@dataclass(frozen=True)
+class ClipMasks:
+    """Which tokens sit on a flat (zero-gradient) branch of the clipped surrogate."""
+
+    ratio: torch.Tensor
+    clipped_high: torch.Tensor  # A > 0 and r > 1 + ε_high
+    clipped_low: torch.Tensor  # A < 0 and r < 1 − ε_low
+    dual_clipped: torch.Tensor  # A < 0 and r > c
+
+    @property
+    def clipped(self) -> torch.Tensor:
+        return self.clipped_high | self.clipped_low | self.dual_clipped
+
+
+def clip_masks(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, config: PolicyLossConfig) -> ClipMasks:
+    ratio = (logp - old_logp).exp()
+    positive, negative = advantages > 0, advantages < 0
+    high = positive & (ratio > 1.0 + config.clip_high)
+    low = negative & (ratio < 1.0 - config.clip_low)
+    if config.dual_clip is not None:
+        dual = negative & (ratio > config.dual_clip)
+    else:
+        dual = torch.zeros_like(high)
+    return ClipMasks(ratio=ratio, clipped_high=high, clipped_low=low, dual_clipped=dual)
+
+
+def effective_grad_coef(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: PolicyLossConfig,
+    ref_logp: torch.Tensor | None = None,
+    include_aggregation_weight: bool = True,
+) -> torch.Tensor:
+    """ω_t = w_t · (1[not clipped] · r · A − β · ∂KL_t/∂log π), detached, [B, T].
+
+    By the chain rule the gradient of the aggregated loss with respect to token t's logits is
+    −ω_t · (e_o − p), so its ℓ2 norm is |ω_t| · G_t (see token_stats). ``w_t`` is the token's
+    aggregation weight; ``include_aggregation_weight=False`` reproduces the released GMTS code,
+    which leaves it out (identical ranking for token-mean, different for per-sequence modes).
+    """
+    with torch.no_grad():
+        masks = clip_masks(logp, old_logp, advantages, config)
+        omega = (~masks.clipped) * masks.ratio * advantages
+        if config.kl_coef > 0:
+            if ref_logp is None:
+                raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
+            omega = omega - config.kl_coef * _kl_term(config.kl_estimator).grad_wrt_logp(logp, ref_logp)
+        omega = omega * response_mask
+        if include_aggregation_weight:
+            omega = omega * aggregation_weights(response_mask, config.loss_agg, config.loss_agg_norm_length)
+        return omega.detach()
+
+
+@dataclass(frozen=True)
+class PolicyLossOutput:
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    kl: torch.Tensor | None
+    entropy: torch.Tensor | None
+    clip_fraction_high: float
+    clip_fraction_low: float
+    dual_clip_fraction: float
+    approx_kl_old: float  # mean (log π_old − log π), the drift since sampling
+
+
+POLICY_LOSSES: dict[str, Callable[..., PolicyLossOutput]] = {}
+
+
+def register_policy_loss(name: str):
+    def decorator(fn: Callable[..., PolicyLossOutput]):
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return decorator
+
+
+@register_policy_loss("ppo_clip")
+def ppo_clip_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: PolicyLossConfig,
+    ref_logp: torch.Tensor | None = None,
+    pg_mask: torch.Tensor | None = None,
+    loss_mask: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> PolicyLossOutput:
+    """Clipped surrogate + β·KL − entropy bonus, aggregated per ``config.loss_agg``.
+
+    Token selection enters in one of two ways (see ``selection.SelectionConfig.apply_to``):
+    - ``pg_mask``: zero the policy-gradient term of unselected tokens; KL and the aggregation
+      denominator still cover every response token (released GMTS / ETS convention);
+    - ``loss_mask``: drop unselected tokens from the whole loss and normalise over the selected
+      ones ("80/20" code convention).
+    """
+    mask = response_mask.float() if loss_mask is None else (response_mask * loss_mask).float()
+    masks = clip_masks(logp, old_logp, advantages, config)
+    surrogate = -advantages * masks.ratio
+    clipped = -advantages * masks.ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high)
+    pg = torch.maximum(surrogate, clipped)
+    if config.dual_clip is not None:
+        pg = torch.where(advantages < 0, torch.minimum(pg, -advantages * config.dual_clip), pg)
+    if pg_mask is not None:
+        pg = pg * pg_mask
+    per_token = pg
+    kl = None
+    if config.kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
+        kl = kl_penalty(logp, ref_logp, config.kl_estimator)
+        per_token = per_token + config.kl_coef * kl
+    if config.entropy_coef > 0:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs a differentiable entropy tensor")
+        per_token = per_token - config.entropy_coef * entropy
+    loss = aggregate(per_token, mask, config.loss_agg, config.loss_agg_norm_length)
+
+    with torch.no_grad():
+        n = response_mask.sum().clamp_min(1)
+        return PolicyLossOutput(
+            loss=loss,
+            pg_loss=aggregate(pg.detach(), mask, config.loss_agg, config.loss_agg_norm_length),
+            kl=None if kl is None else (kl.detach() * response_mask).sum() / n,
+            entropy=None if entropy is None else (entropy.detach() * response_mask).sum() / n,
+            clip_fraction_high=float((masks.clipped_high * response_mask).sum() / n),
+            clip_fraction_low=float((masks.clipped_low * response_mask).sum() / n),
+            dual_clip_fraction=float((masks.dual_clipped * response_mask).sum() / n),
+            approx_kl_old=float(((old_logp - logp.detach()) * response_mask).sum() / n),
+        )
+
+
+def policy_loss(name: str, **kwargs) -> PolicyLossOutput:
+    try:
+        fn = POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy loss {name!r}; known: {sorted(POLICY_LOSSES)}") from None
+    return fn(**kwargs)

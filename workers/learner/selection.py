@@ -1,0 +1,233 @@
+"""Token selection: which response tokens keep the policy gradient.
+
+One entry point, :func:`select_tokens`, ranks the response tokens of a batch by a per-token score
+and keeps the top (or bottom) ⌈ρ·n⌉ of the n eligible tokens of each ranking population.
+
+Scores (``SelectionConfig.method``):
+- ``none``: every response token is kept (the full-token baseline).
+- ``ets``: H_t, the token entropy (the "80/20" paper).
+- ``gmts``: H_t · |ω_t|, entropy times the token's effective gradient coefficient (GMTS paper).
+- ``gmts_exact``: G_t · |ω_t| with G_t = ‖e_o − p‖₂, the exact gradient norm of log π(o_t) with
+  respect to the logits, of which the entropy is the paper's proxy. Then the score is exactly the
+  ℓ2 norm of the token's gradient of the loss w.r.t. its logits.
+- ``random``: uniform scores from a seeded generator (a control for "any ρ-subset").
+
+ω_t is :func:`workers.learner.losses.effective_grad_coef` of the loss actually optimised.
+Eligibility: every response token; for the gmts methods, tokens whose score is exactly zero
+(A = 0, or on a clipped branch with no KL) carry no policy gradient and are left out of the
+ranking population, as in the released GMTS code — so ρ is a fraction of the tokens that
+*could* move the policy.
+
+Populations (``scope``): ``group`` — each prompt's group of rollouts (what the released GMTS
+code meant; its loop only reached the first group, a bug not repeated here); ``batch`` — all
+tokens of the batch on this rank; ``global`` — all tokens on every rank of a process group, with
+an exact global threshold (scores are all-gathered; ties broken by rank, then position).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workers.learner.losses import PolicyLossConfig, effective_grad_coef
+
+SelectionMethod = Literal["none", "ets", "gmts", "gmts_exact", "random"]
+GMTS_METHODS = ("gmts", "gmts_exact")
+
+# ρ·n is computed in floating point (0.2 · 10 = 2.0000000000000004); rounding before the ceiling
+# keeps ⌈ρ·n⌉ exact for every ratio written with up to 9 decimals.
+_RATIO_DECIMALS = 9
+
+
+class SelectionConfig(BaseModel):
+    """How to choose the tokens that carry the policy gradient."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: SelectionMethod = "none"
+    ratio: float | None = Field(
+        None, gt=0.0, le=1.0, description="ρ: fraction of eligible tokens kept; required unless method is 'none'."
+    )
+    mode: Literal["top", "bottom"] = Field("top", description="Keep the highest- or the lowest-scored tokens.")
+    scope: Literal["group", "batch", "global"] = Field(
+        "group", description="Ranking population: per prompt group, per batch on this rank, or across all ranks."
+    )
+    apply_to: Literal["advantage", "loss"] = Field(
+        "advantage",
+        description=(
+            "'advantage': unselected tokens lose their policy-gradient term, KL and denominators keep every "
+            "token (released GMTS/ETS); 'loss': unselected tokens leave the loss, normalised over selected "
+            "tokens ('80/20' code)."
+        ),
+    )
+    omega_aggregation_weight: bool = Field(
+        True,
+        description="Include the loss-aggregation weight in ω (exact gradient); False = released GMTS code.",
+    )
+    seed: int = Field(0, description="Seed of the 'random' method's scores.")
+
+    @model_validator(mode="after")
+    def _ratio_matches_method(self) -> "SelectionConfig":
+        if self.method == "none":
+            if self.ratio not in (None, 1.0):
+                raise ValueError(f"ratio: method 'none' keeps every token; got ratio={self.ratio} (leave it unset)")
+        elif self.ratio is None:
+            raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
+        return self
+
+    @property
+    def keep_ratio(self) -> float:
+        return 1.0 if self.ratio is None else self.ratio
+
+
+@dataclass(frozen=True)
+class Selection:
+    mask: torch.Tensor  # bool [B, T]: selected tokens (always inside the response mask)
+    scores: torch.Tensor  # float [B, T]: the ranking score, 0 off the response mask
+    eligible: torch.Tensor  # bool [B, T]: the ranking population
+
+    def loss_masks(self, apply_to: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(pg_mask, loss_mask) for :func:`workers.learner.losses.ppo_clip_loss`."""
+        if apply_to == "advantage":
+            return self.mask.float(), None
+        return None, self.mask.float()
+
+
+def select_tokens(
+    *,
+    response_mask: torch.Tensor,
+    entropy: torch.Tensor,
+    advantages: torch.Tensor,
+    group_ids: torch.Tensor,
+    config: SelectionConfig,
+    loss_config: PolicyLossConfig | None = None,
+    logp: torch.Tensor | None = None,
+    old_logp: torch.Tensor | None = None,
+    ref_logp: torch.Tensor | None = None,
+    grad_norm: torch.Tensor | None = None,
+    process_group: dist.ProcessGroup | None = None,
+    generator: torch.Generator | None = None,
+) -> Selection:
+    """Select the tokens that keep the policy gradient.
+
+    All per-token tensors are [B, T]; ``advantages`` may also be per sequence [B]; ``group_ids``
+    [B] names each row's prompt. ``logp``/``old_logp`` (and ``ref_logp`` when the loss has KL) are
+    needed by the gmts methods, ``grad_norm`` (G, from ``token_stats_from_logits``) by
+    ``gmts_exact``. ``process_group`` is used by ``scope='global'`` (default: the world group
+    when torch.distributed is initialised, else this process alone).
+    """
+    mask = response_mask.bool()
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1).expand_as(mask)
+    _check_shapes(mask, group_ids, entropy=entropy, advantages=advantages, logp=logp, old_logp=old_logp,
+                  ref_logp=ref_logp, grad_norm=grad_norm)
+    loss_config = loss_config or PolicyLossConfig()
+
+    if config.method == "none":
+        return Selection(mask=mask.clone(), scores=mask.float(), eligible=mask.clone())
+
+    scores = _scores(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp, grad_norm, generator)
+    scores = torch.where(mask, scores.float(), torch.zeros_like(scores, dtype=torch.float32))
+    eligible = mask & (scores > 0) if config.method in GMTS_METHODS else mask.clone()
+
+    positions = eligible.flatten().nonzero().squeeze(-1)  # ascending: the deterministic tie-break
+    flat_scores = scores.flatten()[positions]
+    if config.scope == "group":
+        keys = group_ids.to(positions.device).repeat_interleave(mask.shape[1])[positions]
+    else:
+        keys = torch.zeros_like(positions)
+
+    if config.scope == "global" and _world_size(process_group) > 1:
+        keep = _keep_global(flat_scores, config, process_group)
+    else:
+        keep = _keep_per_population(flat_scores, keys, config.keep_ratio, config.mode)
+
+    selected = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+    selected[positions[keep]] = True
+    return Selection(mask=selected.view_as(mask), scores=scores, eligible=eligible)
+
+
+def _scores(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp, grad_norm, generator):
+    if config.method == "ets":
+        return entropy.detach()
+    if config.method == "random":
+        if generator is None:
+            generator = torch.Generator().manual_seed(config.seed)
+        return torch.rand(mask.shape, generator=generator).to(mask.device)
+    # gmts / gmts_exact
+    if logp is None or old_logp is None:
+        raise ValueError(f"method {config.method!r} needs logp and old_logp (ω uses the ratio π/π_old)")
+    if loss_config.kl_coef > 0 and ref_logp is None:
+        raise ValueError(f"method {config.method!r} with kl_coef > 0 needs ref_logp (ω includes the KL term)")
+    omega = effective_grad_coef(
+        logp.detach(), old_logp, advantages, mask.float(), loss_config, ref_logp,
+        include_aggregation_weight=config.omega_aggregation_weight,
+    )
+    if config.method == "gmts":
+        return entropy.detach() * omega.abs()
+    if grad_norm is None:
+        raise ValueError("method 'gmts_exact' needs grad_norm (token_stats_from_logits(..., with_grad_norm=True))")
+    return grad_norm.detach() * omega.abs()
+
+
+def keep_count(n: torch.Tensor, ratio: float) -> torch.Tensor:
+    """⌈ρ·n⌉ for a tensor of population sizes, exact for ratios with up to 9 decimals."""
+    return torch.ceil(torch.round(n.double() * ratio, decimals=_RATIO_DECIMALS)).long()
+
+
+def _keep_per_population(scores: torch.Tensor, keys: torch.Tensor, ratio: float, mode: str) -> torch.Tensor:
+    """Boolean [n]: the ⌈ρ·n_k⌉ best-ranked entries of each population key k.
+
+    Entries are ordered by score (descending for 'top'), ties by their original position; the
+    two stable sorts below give exactly that order within each population.
+    """
+    if scores.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool, device=scores.device)
+    by_score = torch.argsort(-scores if mode == "top" else scores, stable=True)
+    order = by_score[torch.argsort(keys[by_score], stable=True)]
+    sorted_keys = keys[order]
+    _, inverse, counts = torch.unique_consecutive(sorted_keys, return_inverse=True, return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    rank_in_population = torch.arange(scores.numel(), device=scores.device) - starts[inverse]
+    keep_sorted = rank_in_population < keep_count(counts, ratio)[inverse]
+    keep = torch.zeros_like(keep_sorted)
+    keep[order] = keep_sorted
+    return keep
+
+
+def _world_size(group: dist.ProcessGroup | None) -> int:
+    return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
+
+
+def _keep_global(scores: torch.Tensor, config: SelectionConfig, group: dist.ProcessGroup | None) -> torch.Tensor:
+    """Exact global top-⌈ρ·N⌉ across ranks: gather every rank's eligible scores, rank them all
+    in (rank, position) order, and keep this rank's share."""
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    device = scores.device  # NCCL needs CUDA tensors, gloo takes CPU ones: stay where the scores are
+    count = torch.tensor([scores.numel()], dtype=torch.long, device=device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count, group=group)
+    sizes = [int(c) for c in counts]
+    padded = torch.zeros(max(sizes), dtype=torch.float32, device=device)
+    padded[: scores.numel()] = scores.detach().float()
+    gathered = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded, group=group)
+    everything = torch.cat([g[:n] for g, n in zip(gathered, sizes)])
+    keep_all = _keep_per_population(everything, torch.zeros(everything.numel(), dtype=torch.long, device=device),
+                                     config.keep_ratio, config.mode)
+    offset = sum(sizes[:rank])
+    return keep_all[offset : offset + scores.numel()]
+
+
+def _check_shapes(mask: torch.Tensor, group_ids: torch.Tensor, **tensors: torch.Tensor | None) -> None:
+    if mask.dim() != 2:
+        raise ValueError(f"response_mask must be [B, T], got shape {tuple(mask.shape)}")
+    for name, tensor in tensors.items():
+        if tensor is not None and tensor.shape != mask.shape:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected {tuple(mask.shape)} like response_mask")
+    if group_ids.shape != mask.shape[:1]:
+        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}, expected ({mask.shape[0]},): one id per row")
