@@ -36,7 +36,9 @@ def split_of(operation: str, a: int, b: int, test_fraction: float) -> Split:
     return "test" if unit < test_fraction else "train"
 
 
-def arithmetic_problems(options: ArithmeticOptions, split: Split, limit: int | None, seed: int) -> list[Problem]:
+def arithmetic_problems(
+    options: ArithmeticOptions, split: Split, limit: int | None, seed: int
+) -> list[Problem]:
     """``limit`` problems of ``split`` (all of it when ``limit`` is None), in a seeded random order."""
     operands_per_side = 10**options.digits
     total_triples = len(options.operations) * operands_per_side**2
@@ -59,7 +61,9 @@ def _enumerate_split(options: ArithmeticOptions, split: Split, limit: int | None
     operands = range(10**options.digits)
     triples = [
         triple
-        for triple in ((operation, a, b) for operation in options.operations for a in operands for b in operands)
+        for triple in (
+            (operation, a, b) for operation in options.operations for a in operands for b in operands
+        )
         if _in_split(triple, options, split)
     ]
     if limit is not None and limit > len(triples):

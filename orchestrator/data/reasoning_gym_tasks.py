@@ -31,7 +31,9 @@ def reasoning_gym_problems(options: ReasoningGymOptions, split: Split, size: int
         Problem(
             id=f"{options.dataset}-{split}-{task_seed}-{index}",
             prompt=entry["question"],
-            answer=str(entry["answer"]),
+            # Tasks with many valid answers (graph_color, rubiks_cube, …) have none: their scorer
+            # checks validity.
+            answer="" if entry["answer"] is None else str(entry["answer"]),
             domain="reasoning_gym",
             metadata={"dataset": options.dataset, "entry": json_safe(entry), "config": json_safe(config)},
         )

@@ -1,0 +1,177 @@
+"""The one typed configuration tree of an experiment.
+
+YAML presets (orchestrator/presets/), ``--set a.b=c`` overrides, REST request bodies and MLflow
+params are all this tree: the models below are the single source of truth. Each component owns
+its part (``workers.models.config.ModelConfig`` …); this module composes them and adds the parts
+that belong to the RL loop itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from orchestrator.data.config import DataConfig
+from workers.learner.config import LearnerConfig
+from workers.learner.losses import PolicyLossConfig
+from workers.learner.selection import SelectionConfig
+from workers.models.config import ModelConfig
+from workers.reward.config import RewardConfig
+from workers.rollout.config import RolloutConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class OverlongConfig(_Strict):
+    """DAPO's soft overlong punishment (added to the reward of long responses)."""
+
+    enabled: bool = False
+    buffer: int = Field(16, gt=0, description="L_cache: the ramp starts this many tokens before max_new_tokens.")
+    factor: float = Field(1.0, ge=0.0)
+
+
+# Per-algorithm defaults, as in the GRPO (DeepSeekMath) and DAPO papers; any field set explicitly wins.
+ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "grpo": {
+        "advantage_estimator": "grpo",
+        "dynamic_sampling": False,
+        "loss": {"clip_low": 0.2, "clip_high": 0.2, "kl_coef": 0.001, "kl_estimator": "low_var_kl",
+                 "loss_agg": "seq-mean-token-mean"},
+        "overlong": {"enabled": False},
+    },
+    "dapo": {
+        "advantage_estimator": "grpo",
+        "dynamic_sampling": True,
+        "loss": {"clip_low": 0.2, "clip_high": 0.28, "kl_coef": 0.0, "loss_agg": "token-mean"},
+        "overlong": {"enabled": True},
+    },
+}
+
+
+class AlgorithmConfig(_Strict):
+    name: Literal["grpo", "dapo"] = "grpo"
+    advantage_estimator: Literal["grpo", "grpo_no_std", "rloo"] = "grpo"
+    loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
+    dynamic_sampling: bool = Field(False, description="DAPO: resample until the batch holds enough informative groups.")
+    max_resample_rounds: int = Field(4, ge=0, description="Extra rollout rounds dynamic sampling may spend per step.")
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_algorithm_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        name = data.get("name", "grpo")
+        defaults = ALGORITHM_DEFAULTS.get(name)
+        return data if defaults is None else _deep_merge(defaults, data)
+
+
+class WarmupConfig(_Strict):
+    """Supervised warm-up that gives a from-scratch tiny model a base policy (cached on disk)."""
+
+    enabled: bool = False
+    steps: int = Field(600, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    batch_size: int = Field(64, ge=1)
+    examples: int = Field(4000, ge=1, description="Training problems drawn for the warm-up.")
+    seed: int = Field(0, description="Fixed apart from training.seed: every seed of a sweep starts from one base policy.")
+
+
+class TrainingConfig(_Strict):
+    steps: int = Field(10, ge=1, description="RL steps (one rollout batch + one learner update each).")
+    seed: int = 0
+    log_interval: int = Field(1, ge=1)
+
+
+class EvaluationConfig(_Strict):
+    interval: int = Field(0, ge=0, description="Evaluate every N steps (0 = only before and after training).")
+    greedy: bool = Field(True, description="Greedy decoding (one answer per problem); else k samples at the rollout temperature.")
+    k: int = Field(1, ge=1, description="Samples per problem when not greedy: avg@k and unbiased pass@k.")
+    max_problems: int | None = Field(None, ge=1, description="Cap per validation set (None = all).")
+
+    @model_validator(mode="after")
+    def _greedy_means_one_sample(self) -> "EvaluationConfig":
+        if self.greedy and self.k != 1:
+            raise ValueError("k: greedy evaluation gives one answer per problem; set k=1 or greedy=false")
+        return self
+
+
+class CheckpointConfig(_Strict):
+    interval: int = Field(0, ge=0, description="Save every N steps (0 = never); a killed run loses < N steps.")
+    keep_last: int = Field(2, ge=1)
+
+
+class TrackingConfig(_Strict):
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI or the run's SQLite store.")
+    experiment: str = "gmts-lab"
+    run_name: str | None = None
+    parent_run_id: str | None = Field(None, description="Nest this run under a sweep's parent run.")
+    tags: dict[str, str] = Field(default_factory=dict)
+
+
+class ResourcesConfig(_Strict):
+    cpus_per_rollout_actor: float = Field(1.0, gt=0)
+    cpus_per_learner_actor: float = Field(1.0, gt=0)
+    cpus_per_reward_worker: float = Field(0.0, ge=0, description="Reward scoring is light; 0 lets it share a core.")
+    gpus_per_rollout_actor: float = Field(0.0, ge=0)
+    gpus_per_learner_actor: float = Field(0.0, ge=0)
+
+
+class ExperimentConfig(_Strict):
+    name: str = Field("experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    output_dir: Path = Field(Path("runs"), description="Run folders (checkpoints, model caches, MLflow store) go here.")
+    model: ModelConfig
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    data: DataConfig
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.name
+
+    def tracking_uri(self) -> str:
+        """Config first, then the environment, then a SQLite store beside the runs."""
+        if self.tracking.tracking_uri:
+            return self.tracking.tracking_uri
+        if os.environ.get("MLFLOW_TRACKING_URI"):
+            return os.environ["MLFLOW_TRACKING_URI"]
+        return f"sqlite:///{(self.output_dir / 'mlflow.db').resolve()}"
+
+
+def flatten(config: BaseModel) -> dict[str, str]:
+    """Dotted keys → string values: the MLflow params of a run (and the keys ``--set`` accepts)."""
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{prefix}.{key}" if prefix else str(key), item)
+        else:
+            flat[prefix] = str(value)
+
+    walk("", config.model_dump(mode="json"))
+    return flat
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -1,0 +1,91 @@
+"""One MLflow run per training run, safe to resume without logging a step twice.
+
+Metrics are buffered and written when the run checkpoints (and at the end): a crash loses the
+unflushed steps, and the resumed run — which restarts from that same checkpoint and reopens the
+same MLflow run — logs them exactly once. Without checkpointing every step is written at once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param, RunStatus
+from mlflow.tracking import MlflowClient
+
+from orchestrator.config import ExperimentConfig, flatten
+
+logger = logging.getLogger(__name__)
+
+# MLflow rejects params longer than this; longer values are cut (the full config is an artifact).
+MAX_PARAM_CHARS = 6000
+
+
+def grid_params(config: ExperimentConfig) -> dict[str, str]:
+    """The short, stable names a sweep's ablation grid is compared by in the MLflow UI."""
+    return {
+        "method": config.selection.method,
+        "ratio": "" if config.selection.ratio is None else str(config.selection.ratio),
+        "mode": config.selection.mode,
+        "model_size": config.model.size_label,
+        "algorithm": config.algorithm.name,
+        "seed": str(config.training.seed),
+    }
+
+
+class RunTracker:
+    def __init__(self, config: ExperimentConfig, run_id: str | None = None) -> None:
+        self.config = config
+        self.uri = config.tracking_uri()
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(self.uri)
+        self._pending: list[Metric] = []
+        self.run_id = run_id or self._create_run()
+
+    def _create_run(self) -> str:
+        tracking = self.config.tracking
+        experiment = self.client.get_experiment_by_name(tracking.experiment)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(tracking.experiment)
+        tags = {"mlflow.runName": tracking.run_name or self.config.name, "gmts.run_name": self.config.name,
+                **tracking.tags}
+        if tracking.parent_run_id:
+            tags["mlflow.parentRunId"] = tracking.parent_run_id
+        run = self.client.create_run(experiment_id, tags=tags)
+        params = {**flatten(self.config), **grid_params(self.config)}
+        self.client.log_batch(run.info.run_id, params=[Param(k, v[:MAX_PARAM_CHARS]) for k, v in params.items()])
+        self.log_json(self.config.model_dump(mode="json"), "config/resolved_config.json", run.info.run_id)
+        logger.info("MLflow run %s in %s (%s)", run.info.run_id, tracking.experiment, self.uri)
+        return run.info.run_id
+
+    def reopen(self) -> None:
+        """Mark a resumed run as running again (it may have been left FAILED or RUNNING by a crash)."""
+        self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))
+
+    def log_step(self, step: int, metrics: dict[str, float]) -> None:
+        timestamp = int(time.time() * 1000)
+        for key, value in metrics.items():
+            if value is None or not math.isfinite(float(value)):
+                continue
+            self._pending.append(Metric(key, float(value), timestamp, step))
+
+    def flush(self) -> None:
+        for start in range(0, len(self._pending), 900):  # MLflow caps a batch at 1000 metrics
+            self.client.log_batch(self.run_id, metrics=self._pending[start : start + 900])
+        self._pending.clear()
+
+    def log_json(self, payload: Any, artifact_path: str, run_id: str | None = None) -> None:
+        folder, name = str(Path(artifact_path).parent), Path(artifact_path).name
+        with tempfile.TemporaryDirectory() as tmp:
+            file = Path(tmp) / name
+            file.write_text(json.dumps(payload, indent=1))
+            self.client.log_artifact(run_id or self.run_id, str(file), None if folder == "." else folder)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.flush()
+        self.client.set_terminated(self.run_id, status=status)

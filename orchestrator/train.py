@@ -1,0 +1,235 @@
+"""One RLVR training run as a Ray program.
+
+    python -m orchestrator.train --config cpu-tiny-s [--set selection.method=gmts …] [--resume]
+    ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m orchestrator.train …
+
+One step, as data (docs/architecture.md):
+    prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (token
+    selection inside) → rollout.update_weights → metrics (→ checkpoint)
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import ray
+from transformers import AutoTokenizer
+
+from orchestrator import checkpointing
+from orchestrator.base_policy import prepare_policy
+from orchestrator.cluster import actor_runtime_env, connect
+from orchestrator.config import ExperimentConfig
+from orchestrator.config_loader import ConfigError, load_experiment
+from orchestrator.data import PromptSampler, load_dataset
+from orchestrator.evaluation import evaluate
+from orchestrator.resources import bundle_index
+from orchestrator.rollout_step import advantages_of, collect
+from orchestrator.tracking import RunTracker
+from workers.learner.batch import TrainBatch
+from workers.learner.group import LearnerGroup
+from workers.reward.actor import RewardWorker
+from workers.rollout.actor import RolloutGroup
+
+logger = logging.getLogger("orchestrator.train")
+
+
+@dataclass
+class StepReport:
+    step: int
+    metrics: dict[str, float]
+    checkpoint_dir: Path | None  # set on the steps that saved a checkpoint
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    steps: int
+    final_metrics: dict[str, float]
+    run_dir: Path
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class _Workers:
+    rollout: RolloutGroup
+    learners: LearnerGroup
+    reward: ray.actor.ActorHandle
+
+    def score(self, completions: list[str], problems: list) -> list[float]:
+        results = ray.get(self.reward.score.remote(completions, problems))
+        return [result.score for result in results]
+
+    def sync_weights(self) -> float:
+        started = time.perf_counter()
+        self.rollout.update_weights(self.learners.state_dict_for_inference())
+        return time.perf_counter() - started
+
+    def shutdown(self) -> None:
+        for stop in (self.rollout.shutdown, self.learners.shutdown, lambda: ray.kill(self.reward)):
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - best effort: the run is over either way
+                logger.debug("shutdown step failed", exc_info=True)
+
+
+def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) -> _Workers:
+    res = config.resources
+    env = actor_runtime_env()
+    rollout = RolloutGroup(
+        policy_dir, config.rollout, num_cpus_per_actor=res.cpus_per_rollout_actor,
+        num_gpus_per_actor=res.gpus_per_rollout_actor, placement_group=placement_group,
+        bundle_indices=[bundle_index(config, "rollout", r) for r in range(config.rollout.num_actors)],
+        runtime_env=env,
+    )
+    learners = LearnerGroup(
+        policy_dir, config.learner, config.algorithm.loss, config.selection,
+        temperature=config.rollout.temperature, use_reference=config.algorithm.loss.kl_coef > 0,
+        num_cpus_per_actor=res.cpus_per_learner_actor, num_gpus_per_actor=res.gpus_per_learner_actor,
+        placement_group=placement_group,
+        bundle_indices=[bundle_index(config, "learner", r) for r in range(config.learner.num_actors)],
+        runtime_env=env,
+    )
+    reward_options: dict = {"num_cpus": res.cpus_per_reward_worker, "runtime_env": env}
+    if placement_group is not None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group, 0)
+    reward = ray.remote(RewardWorker).options(**reward_options).remote(config.reward)
+    return _Workers(rollout=rollout, learners=learners, reward=reward)
+
+
+def train(
+    config: ExperimentConfig,
+    *,
+    resume: bool = False,
+    on_step: Callable[[StepReport], None] | None = None,
+    placement_group=None,
+) -> TrainResult:
+    connect()
+    if placement_group is None:
+        placement_group = ray.util.get_current_placement_group()
+    run_dir = config.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    restored = checkpointing.latest_checkpoint(run_dir) if resume else None
+
+    tracker = RunTracker(config, run_id=restored[1]["mlflow_run_id"] if restored else None)
+    if restored:
+        tracker.reopen()
+    workers: _Workers | None = None
+    status = "FAILED"
+    try:
+        policy_dir = prepare_policy(config)
+        tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+        sampler = PromptSampler(load_dataset(config.data.train), config.data.prompts_per_step, seed=config.training.seed)
+        eval_sets = {name: load_dataset(spec) for name, spec in config.data.eval.items()}
+        workers = _start_workers(config, policy_dir, placement_group)
+
+        def run_eval() -> dict[str, float]:
+            return evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
+                            config.evaluation)
+
+        start_step, next_group_id = 0, 0
+        if restored:
+            folder, state = restored
+            workers.learners.load_checkpoint(folder)
+            sampler.load_state_dict(state["sampler"])
+            start_step, next_group_id = state["step"], state["next_group_id"]
+            workers.sync_weights()
+            logger.info("Resumed from %s (step %d)", folder, start_step)
+        else:
+            initial = run_eval()
+            tracker.log_step(0, initial)
+            logger.info("step 0 | %s", _fmt(initial))
+
+        history: list[dict[str, float]] = []
+        last_eval: dict[str, float] = {}
+        for step in range(start_step + 1, config.training.steps + 1):
+            step_started = time.perf_counter()
+            rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
+                                                       next_group_id)
+            if rollouts.num_groups:
+                batch = TrainBatch.from_lists(
+                    [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples],
+                    advantages_of(rollouts, config), rollouts.group_ids, pad_id=_pad_id(tokenizer),
+                )
+                metrics.update(workers.learners.train_step(batch, step))
+                metrics["time/sync"] = workers.sync_weights()
+            if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
+                last_eval = run_eval()
+                metrics.update(last_eval)
+            metrics["time/step"] = time.perf_counter() - step_started
+            tracker.log_step(step, metrics)
+            history.append(metrics)
+            if step % config.training.log_interval == 0:
+                logger.info("step %d/%d | %s", step, config.training.steps, _fmt(metrics))
+
+            saved = None
+            if config.checkpoint.interval and step % config.checkpoint.interval == 0:
+                saved = _save(config, workers, sampler, step, next_group_id, tracker)
+            elif not config.checkpoint.interval:
+                tracker.flush()
+            if on_step is not None:
+                on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
+
+        final = run_eval()
+        tracker.log_step(config.training.steps, {f"{k}": v for k, v in final.items()})
+        logger.info("final | %s", _fmt(final))
+        status = "FINISHED"
+        return TrainResult(run_id=tracker.run_id, steps=config.training.steps, final_metrics=final,
+                           run_dir=run_dir, history=history)
+    finally:
+        if workers is not None:
+            workers.shutdown()
+        tracker.finish(status)
+
+
+def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, step: int, next_group_id: int,
+          tracker: RunTracker) -> Path:
+    folder = checkpointing.step_dir(config.run_dir, step)
+    workers.learners.save_checkpoint(folder)
+    checkpointing.write_run_state(folder, {"step": step, "next_group_id": next_group_id,
+                                           "sampler": sampler.state_dict(), "mlflow_run_id": tracker.run_id})
+    # Metrics go to MLflow only once the checkpoint that covers them exists (see tracking.py).
+    tracker.flush()
+    checkpointing.prune(config.run_dir, config.checkpoint.keep_last)
+    return folder
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    keys = [k for k in metrics if k.startswith(("eval/", "train/accuracy", "reward/", "selection/selected", "time/step"))]
+    return " ".join(f"{k}={metrics[k]:.3g}" for k in keys)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="preset name (e.g. cpu-tiny-s) or YAML file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. --set selection.method=gmts (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_experiment(args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    connect(args.address)
+    result = train(config, resume=args.resume)
+    print(f"run {result.run_id} finished: " + " ".join(f"{k}={v:.4f}" for k, v in sorted(result.final_metrics.items())))
+    print(f"MLflow: mlflow ui --backend-store-uri {config.tracking_uri()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

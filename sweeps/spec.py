@@ -1,0 +1,172 @@
+"""Sweep specs: a base experiment plus grid axes, expanded into validated trial configs.
+
+The same models are the body of ``POST /v1/sweeps``. Every trial's full ExperimentConfig is
+validated while expanding, so a bad spec fails before anything starts, naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.config import ExperimentConfig
+from orchestrator.config_loader import ConfigError, apply_overrides, read_config_dict, validate
+from workers.learner.selection import SelectionMethod
+
+SPEC_PACKAGE = "sweeps.specs"
+
+# Grid axis → the config field it sets (model_size picks the experiment preset instead).
+AXIS_FIELDS: dict[str, str] = {
+    "method": "selection.method",
+    "ratio": "selection.ratio",
+    "mode": "selection.mode",
+    "algorithm": "algorithm.name",
+    "seed": "training.seed",
+}
+AXES = ("method", "ratio", "mode", "model_size", "algorithm", "seed")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BaseExperiment(_Strict):
+    preset: str = Field(description="Experiment preset (or YAML path) every trial starts from.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="Dotted config keys → values applied to every trial (like --set)."
+    )
+
+
+class GridAxes(_Strict):
+    method: list[SelectionMethod] | None = None
+    ratio: list[float] | None = None
+    mode: list[Literal["top", "bottom"]] | None = None
+    model_size: list[str] | None = Field(None, description="Experiment preset names, one per model size.")
+    algorithm: list[Literal["grpo", "dapo"]] | None = None
+    seed: list[int] | None = None
+
+    @field_validator("ratio")
+    @classmethod
+    def _ratios_in_range(cls, ratios: list[float] | None) -> list[float] | None:
+        for index, ratio in enumerate(ratios or []):
+            if not 0.0 < ratio <= 1.0:
+                raise ValueError(f"ratio[{index}]={ratio} must be in (0, 1]")
+        return ratios
+
+    @field_validator("*")
+    @classmethod
+    def _non_empty(cls, values: list | None) -> list | None:
+        if values is not None and len(values) == 0:
+            raise ValueError("an axis needs at least one value (or leave it out)")
+        return values
+
+
+class SweepSpec(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    description: str = ""
+    base: BaseExperiment
+    grid: GridAxes = Field(default_factory=GridAxes)
+    trials: list[dict[str, Any]] = Field(default_factory=list, description="Extra explicit grid points.")
+    exclude: list[dict[str, Any]] = Field(default_factory=list, description="Grid points matching all keys are dropped.")
+    max_concurrent_trials: int = Field(1, ge=1)
+    max_failures: int = Field(2, ge=0, description="Restarts of a crashed trial (from its last checkpoint).")
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI or runs/mlflow.db.")
+    experiment: str = Field("gmts-lab", description="MLflow experiment of the parent and child runs.")
+
+    @model_validator(mode="after")
+    def _points_use_known_axes(self) -> "SweepSpec":
+        for field in ("trials", "exclude"):
+            for index, point in enumerate(getattr(self, field)):
+                unknown = set(point) - set(AXES)
+                if unknown:
+                    raise ValueError(f"{field}[{index}]: unknown axis {sorted(unknown)}; axes are {list(AXES)}")
+        return self
+
+    def spec_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:12]
+
+
+class Trial(BaseModel):
+    name: str
+    point: dict[str, Any]  # axis → value, the grid point (MLflow params method, ratio, …)
+    config: ExperimentConfig
+
+
+def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
+    """The grid's points in a stable order, 'none' collapsed over ratio/mode, exclusions applied."""
+    axes = {axis: values for axis, values in spec.grid.model_dump().items() if values is not None}
+    points: list[dict[str, Any]] = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+    points += [dict(point) for point in spec.trials]
+    unique: list[dict[str, Any]] = []
+    for point in points:
+        if point.get("method") == "none":
+            # The full-token baseline has no ratio or mode: one trial, not one per ratio/mode.
+            point = {k: v for k, v in point.items() if k not in ("ratio", "mode")}
+        if point not in unique and not any(_matches(point, rule) for rule in spec.exclude):
+            unique.append(point)
+    return unique
+
+
+def _matches(point: dict[str, Any], rule: dict[str, Any]) -> bool:
+    return all(point.get(axis) == value for axis, value in rule.items())
+
+
+def trial_name(point: dict[str, Any]) -> str:
+    parts = [f"{axis}={point[axis]}" for axis in AXES if axis in point]
+    return ",".join(parts) or "base"
+
+
+def expand(spec: SweepSpec, output_dir: Path | None = None) -> list[Trial]:
+    """Validated trials; raises ConfigError naming the trial and the field at the first bad one."""
+    trials: list[Trial] = []
+    for index, point in enumerate(grid_points(spec)):
+        preset = point.get("model_size", spec.base.preset)
+        overrides = [f"{key}={json.dumps(value)}" for key, value in spec.base.overrides.items()]
+        overrides += [f"{AXIS_FIELDS[axis]}={json.dumps(value)}" for axis, value in point.items() if axis in AXIS_FIELDS]
+        name = f"{spec.name}-t{index:03d}"
+        overrides += [f"name={name}", f"tracking.experiment={json.dumps(spec.experiment)}"]
+        if output_dir is not None:
+            overrides.append(f"output_dir={json.dumps(str(output_dir))}")
+        if spec.tracking_uri:
+            overrides.append(f"tracking.tracking_uri={json.dumps(spec.tracking_uri)}")
+        try:
+            data = apply_overrides(read_config_dict(preset), overrides)
+        except ConfigError as exc:
+            raise ConfigError(f"trial {index} ({trial_name(point)}): {exc}") from None
+        config = validate(ExperimentConfig, data, origin=f"trial {index} ({trial_name(point)})")
+        trials.append(Trial(name=name, point=point, config=config))
+    if not trials:
+        raise ConfigError("grid: the spec expands to no trial (every point excluded?)")
+    return trials
+
+
+def spec_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files(SPEC_PACKAGE).iterdir() if p.name.endswith(".yaml"))
+
+
+def load_spec(source: str | Path, overrides: list[str] | None = None) -> SweepSpec:
+    """A shipped spec name or a YAML path, with optional ``--set`` overrides of the spec itself."""
+    path = Path(source)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"spec: no such file {str(source)!r}")
+        text, origin = path.read_text(), str(path)
+    else:
+        shipped = resources.files(SPEC_PACKAGE) / f"{source}.yaml"
+        if not shipped.is_file():
+            raise ConfigError(f"spec: {str(source)!r} is neither a file nor a shipped spec; shipped: {', '.join(spec_names())}")
+        text, origin = shipped.read_text(), f"spec:{source}"
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{origin}: the top level must be a mapping")
+    return validate(SweepSpec, apply_overrides(data, overrides or []), origin=origin)

@@ -1,0 +1,1 @@
+"""Shipped sweep specs (``python -m sweeps.run <name>``); see sweeps/README.md."""

@@ -1,0 +1,363 @@
+"""The learner of one rank: a DeepSpeed engine around the policy, and the PPO update with token selection.
+
+One RL update, per rank (``train_step``):
+
+    for epoch in ppo_epochs:
+        shuffle the prompt groups, pack them into mini-batches          (TrainBatch.split)
+        for mini-batch: for micro-batch:
+            ONE forward  → logits at the response positions only         (batch.response_logits)
+                         → logp (with grad), entropy, G                   (token_stats_from_logits)
+            select_tokens(...)                                            (selection.py)
+            ppo_clip_loss(..., pg_mask / loss_mask from the selection)    (losses.py)
+            backward; the optimiser steps at the mini-batch boundary      (DeepSpeed)
+
+The token scores come from the same forward pass that carries the gradient — no extra no-grad
+pass per mini-batch (the released GMTS code spends one). ``old_logp`` (π_old) must come with the
+batch — from :meth:`LearnerEngine.compute_reference_stats` or the rollout's sampling logprobs —
+except in the strictly on-policy case (one epoch, one mini-batch), where π_old = π exactly and the
+current logp (detached) is used.
+
+Loss scale under gradient accumulation. Each micro-batch loss from ``ppo_clip_loss`` is its own
+aggregate (a mean over its tokens or sequences). Before backward it is multiplied by
+``u_micro / U_mini · world``, where u counts the aggregation's units in the micro-batch
+(response tokens for ``token-mean``, sequences with a response for the ``seq-mean-*`` modes), U
+sums them over the mini-batch on every rank, and ``world`` undoes DeepSpeed's averaging of
+gradients over ranks. The accumulated gradient is then exactly the gradient of the one aggregate
+over the whole mini-batch on all ranks (for ``seq-mean-token-sum-norm`` the constant length is the
+batch's T when the config leaves it unset, so trimming micro-batches does not change it). With
+``apply_to='loss'`` the aggregation counts *selected* tokens, which are only known after each
+micro-batch's forward; the weights still use response-token counts, which is exact when every
+micro-batch keeps the same fraction of its tokens (ets/random: ⌈ρ·n⌉ per population) and close
+otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from pathlib import Path
+
+import deepspeed
+import torch
+import torch.distributed as dist
+from torch import nn
+from transformers import AutoModelForCausalLM
+
+from workers.learner.batch import ResponseIndex, TrainBatch, response_logits
+from workers.learner.config import LearnerConfig
+from workers.learner.diagnostics import selection_diagnostics
+from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
+from workers.learner.selection import SelectionConfig, select_tokens
+from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_TAG = "learner"
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int = 0) -> None:
+    """Join the learners' process group through DeepSpeed (gloo on CPU, NCCL on CUDA).
+
+    The environment variables are what ``deepspeed.init_distributed`` reads when no launcher ran.
+    """
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
+                      MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+class ResponseLogitsPolicy(nn.Module):
+    """The HF causal LM as DeepSpeed sees it: forward returns logits at the response positions only."""
+
+    def __init__(self, causal_lm: nn.Module):
+        super().__init__()
+        self.causal_lm = causal_lm
+
+    def forward(self, input_ids, attention_mask, rows, positions):
+        return response_logits(self.causal_lm, input_ids, attention_mask, rows, positions)
+
+
+class LearnerEngine:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        learner: LearnerConfig,
+        loss: PolicyLossConfig,
+        selection: SelectionConfig,
+        temperature: float = 1.0,
+        use_reference: bool = False,
+        process_group: dist.ProcessGroup | None = None,
+    ):
+        if loss.kl_coef > 0 and not use_reference:
+            raise ValueError(f"kl_coef={loss.kl_coef} needs the reference policy: set use_reference=True")
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialised: call init_process_group(...) first")
+        self.learner, self.loss, self.selection = learner, loss, selection
+        self.temperature = temperature
+        self.process_group = process_group
+        self.world_size, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
+        self.with_grad_norm = selection.method == "gmts_exact" or learner.gradient_norm_stats
+        self._warned_group_split = False
+
+        started = time.perf_counter()
+        dtype = torch.bfloat16 if learner.bf16 else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        self.model.config.use_cache = False
+        if learner.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # A torch optimiser: a DeepSpeed Adam in the config would JIT-build fused_adam (RECIPES.md).
+        optimizer = torch.optim.AdamW(self.model.parameters(), lr=learner.lr, betas=learner.betas,
+                                      weight_decay=learner.weight_decay)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=ResponseLogitsPolicy(self.model), optimizer=optimizer, config=self._deepspeed_config()
+        )
+        self.engine.train()
+        self.device = self.engine.device
+        self.reference = None
+        if use_reference:
+            # A full frozen copy on every rank (not ZeRO-partitioned): fine at the sizes this lab trains.
+            self.reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device).eval()
+            self.reference.requires_grad_(False)
+        self.init_seconds = time.perf_counter() - started
+        logger.info("learner rank %d/%d ready in %.1f s (ZeRO %d)", self.rank, self.world_size,
+                    self.init_seconds, learner.zero_stage)
+
+    def _deepspeed_config(self) -> dict:
+        cfg = self.learner
+        return {
+            "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+            # Nominal: train_step sets the accumulation boundary itself (groups may pack unevenly).
+            "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+            "train_batch_size": cfg.micro_batch_size * cfg.gradient_accumulation_steps * self.world_size,
+            "gradient_clipping": cfg.grad_clip,
+            "zero_optimization": {"stage": cfg.zero_stage},
+            "bf16": {"enabled": cfg.bf16},
+            "zero_allow_untested_optimizer": True,
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+
+    # ----------------------------------------------------------------------------- forward passes
+    def _response_stats(self, batch: TrainBatch, index: ResponseIndex, logits: torch.Tensor, with_grad_norm: bool,
+                        temperature: float):
+        """logp (with grad), entropy, G in the [B, T] layout, from logits [N, V] at the response tokens."""
+        stats = token_stats_from_logits(logits[None], index.tokens[None], temperature, with_grad_norm)
+        layout = lambda flat: _to_layout(flat[0], index, batch.response_mask)  # noqa: E731
+        grad_norm = None if stats.grad_norm is None else layout(stats.grad_norm)
+        return layout(stats.logp), layout(stats.entropy), grad_norm
+
+    @torch.no_grad()
+    def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
+        """The batch with ``old_logp`` = log π (current weights) and, with a reference, ``ref_logp``."""
+        batch = batch.to(self.device)
+        old = torch.zeros_like(batch.response_mask)
+        ref = torch.zeros_like(batch.response_mask) if self.reference is not None else None
+        self.engine.eval()
+        try:
+            for rows in torch.arange(batch.batch_size, device=self.device).split(self.learner.micro_batch_size):
+                piece = batch.select(rows)
+                index = piece.response_index()
+                logits = self.engine(piece.input_ids, piece.attention_mask, index.rows, index.positions)
+                old[rows[index.rows], index.cols] = self._flat_logp(logits, index)
+                if ref is not None:
+                    ref_logits = response_logits(self.reference, piece.input_ids, piece.attention_mask,
+                                                 index.rows, index.positions)
+                    ref[rows[index.rows], index.cols] = self._flat_logp(ref_logits, index)
+        finally:
+            self.engine.train()
+        return batch.replace(old_logp=old, ref_logp=ref if ref is not None else batch.ref_logp)
+
+    @torch.no_grad()
+    def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
+                          temperature: float | None = None) -> list[float]:
+        """log π(response token j | prompt, earlier tokens) for each response token, current weights.
+
+        ``temperature`` defaults to the sampling temperature (vLLM's ``processed_logprobs``); pass 1.0
+        to compare with raw logprobs. A collective under ZeRO-3: every rank must call it.
+        """
+        batch = TrainBatch.from_lists([prompt_ids], [response_ids], [0.0], [0], pad_id=0).to(self.device)
+        index = batch.response_index()
+        self.engine.eval()
+        try:
+            logits = self.engine(batch.input_ids, batch.attention_mask, index.rows, index.positions)
+        finally:
+            self.engine.train()
+        return self._flat_logp(logits, index, temperature).tolist()
+
+    def _flat_logp(self, logits: torch.Tensor, index: ResponseIndex, temperature: float | None = None) -> torch.Tensor:
+        stats = token_stats_from_logits(logits[None], index.tokens[None], temperature or self.temperature)
+        return stats.logp[0].float()
+
+    # ------------------------------------------------------------------------------------ training
+    def train_step(self, batch: TrainBatch, step: int) -> dict[str, float]:
+        """PPO epochs over this rank's batch; returns metrics averaged over micro-batches (timings summed)."""
+        started = time.perf_counter()
+        batch = batch.to(self.device)
+        cfg = self.learner
+        loss_config = self._loss_config_for(batch)
+        if self.loss.kl_coef > 0 and batch.ref_logp is None:
+            raise ValueError("kl_coef > 0 needs batch.ref_logp: call compute_reference_stats(batch) first")
+        timings: dict[str, float] = defaultdict(float)
+        records: list[dict[str, float]] = []
+        optimizer_records: list[dict[str, float]] = []
+        for epoch in range(cfg.ppo_epochs):
+            shuffle = torch.Generator().manual_seed(_mix_seed(cfg.seed, step, epoch))
+            minis = batch.split(cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
+            if batch.old_logp is None and (cfg.ppo_epochs > 1 or len(minis) > 1):
+                raise ValueError(
+                    "batch.old_logp is missing: with several epochs or mini-batches π_old ≠ π after the first "
+                    "optimiser step; call compute_reference_stats(batch) or pass the sampling logprobs"
+                )
+            schedule = [mini.split(cfg.micro_batch_size) for mini in minis]
+            unit_totals = self._global_unit_totals(schedule, loss_config)
+            for mini_index, micros in enumerate(schedule):
+                for micro_index, micro in enumerate(micros):
+                    self.engine.set_gradient_accumulation_boundary(micro_index == len(micros) - 1)
+                    scale = _loss_units(micro.response_mask, loss_config.loss_agg) / unit_totals[mini_index]
+                    selection_rng = torch.Generator().manual_seed(
+                        _mix_seed(self.selection.seed, step, epoch, mini_index, micro_index, self.rank))
+                    records.append(self._micro_step(micro, loss_config, scale * self.world_size, selection_rng,
+                                                    timings))
+                optimizer_records.append(self._optimizer_step(timings))
+        metrics = _mean_metrics(records)
+        metrics.update(_mean_metrics(optimizer_records))
+        metrics["optim/steps"] = float(len(optimizer_records))
+        metrics.update({f"time/{phase}_s": seconds for phase, seconds in timings.items()})
+        metrics["time/train_step_s"] = time.perf_counter() - started
+        return metrics
+
+    def _micro_step(self, micro: TrainBatch, loss_config: PolicyLossConfig, scale: float,
+                    generator: torch.Generator, timings: dict[str, float]) -> dict[str, float]:
+        tick = time.perf_counter()
+        index = micro.response_index()
+        logits = self.engine(micro.input_ids, micro.attention_mask, index.rows, index.positions)
+        logp, entropy, grad_norm = self._response_stats(micro, index, logits, self.with_grad_norm, self.temperature)
+        mask = micro.response_mask
+        old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
+        entropy_in_loss = entropy
+        if loss_config.entropy_coef > 0:
+            entropy_in_loss = _to_layout(entropy_from_logits(logits, self.temperature), index, mask)
+        tock = time.perf_counter()
+        timings["forward"] += tock - tick
+
+        selection = select_tokens(
+            response_mask=mask, entropy=entropy, advantages=micro.advantages, group_ids=micro.group_ids,
+            config=self.selection, loss_config=loss_config, logp=logp.detach(), old_logp=old_logp,
+            ref_logp=micro.ref_logp, grad_norm=grad_norm, process_group=self.process_group, generator=generator,
+        )
+        pg_mask, loss_mask = selection.loss_masks(self.selection.apply_to)
+        out = ppo_clip_loss(
+            logp=logp, old_logp=old_logp, advantages=micro.advantages[:, None].expand_as(mask), response_mask=mask,
+            config=loss_config, ref_logp=micro.ref_logp, pg_mask=pg_mask, loss_mask=loss_mask,
+            entropy=entropy_in_loss,
+        )
+        tick = time.perf_counter()
+        timings["selection_and_loss"] += tick - tock
+
+        self.engine.backward(out.loss * scale, scale_wrt_gas=False)
+        tock = time.perf_counter()
+        timings["backward"] += tock - tick
+        self.engine.step()  # applies the update only at the accumulation boundary set by train_step
+        timings["optimizer"] += time.perf_counter() - tock
+
+        record = {
+            "loss/total": float(out.loss.detach()),
+            "loss/pg": float(out.pg_loss),
+            "loss/clip_fraction_high": out.clip_fraction_high,
+            "loss/clip_fraction_low": out.clip_fraction_low,
+            "loss/clip_fraction_dual": out.dual_clip_fraction,
+            "policy/approx_kl_old": out.approx_kl_old,
+            "policy/entropy": float(out.entropy) if out.entropy is not None else math.nan,
+        }
+        if out.kl is not None:
+            record["loss/kl"] = float(out.kl)
+        record.update(selection_diagnostics(selection, mask, entropy, grad_norm))
+        return record
+
+    def _optimizer_step(self, timings: dict[str, float]) -> dict[str, float]:
+        # The update itself ran inside the last micro-batch's engine.step(); read what it measured.
+        grad_norm = self.engine.get_global_grad_norm()
+        record = {"optim/lr": float(self.optimizer.param_groups[0]["lr"])}
+        if grad_norm is not None:
+            record["optim/grad_norm"] = float(grad_norm)
+        return record
+
+    def _loss_config_for(self, batch: TrainBatch) -> PolicyLossConfig:
+        # seq-mean-token-sum-norm divides by one constant length; without a configured one it is the
+        # batch's T, fixed here so that the (trimmed) micro-batches all use the same constant.
+        if self.loss.loss_agg == "seq-mean-token-sum-norm" and self.loss.loss_agg_norm_length is None:
+            return self.loss.model_copy(update={"loss_agg_norm_length": batch.response_width})
+        return self.loss
+
+    def _global_unit_totals(self, schedule: list[list[TrainBatch]], loss_config: PolicyLossConfig) -> list[float]:
+        """U per mini-batch summed over ranks; also checks that every rank runs the same schedule
+        (a rank with one micro-batch more would wait forever in a collective)."""
+        shape = [len(micros) for micros in schedule]
+        units = [sum(_loss_units(m.response_mask, loss_config.loss_agg) for m in micros) for micros in schedule]
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, (shape, units), group=self.process_group)
+        shapes = [s for s, _ in gathered]
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError(
+                f"learner ranks would run different micro-batch schedules {shapes} (micro-batches per mini-batch, "
+                "per rank); shard the batch into equal whole-group pieces (TrainBatch.shard)"
+            )
+        return [max(sum(u[i] for _, u in gathered), 1.0) for i in range(len(schedule))]
+
+    # ---------------------------------------------------------------------------- weights, checkpoints
+    def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
+        """Full weights with HF names (what vLLM's ``reload_weights`` takes) on rank 0; {} elsewhere.
+
+        Under ZeRO-3 the parameters are gathered first, a collective: every rank must call this.
+        """
+        gather = (deepspeed.zero.GatheredParameters(list(self.model.parameters()))
+                  if self.learner.zero_stage == 3 else nullcontext())
+        with gather:
+            if self.rank != 0:
+                return {}
+            return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+
+    def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
+        """Model, optimiser and engine counters (each rank writes its ZeRO partition) plus ``client_state``."""
+        self.engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG, client_state=dict(client_state or {}))
+
+    def load_checkpoint(self, path: str | Path) -> dict:
+        load_path, client_state = self.engine.load_checkpoint(str(path), tag=CHECKPOINT_TAG,
+                                                              load_optimizer_states=True)
+        if load_path is None:
+            raise FileNotFoundError(f"no learner checkpoint under {path}")
+        return client_state
+
+
+def _to_layout(flat: torch.Tensor, index: ResponseIndex, like: torch.Tensor) -> torch.Tensor:
+    """Scatter N per-token values into the [B, T] response layout (zeros elsewhere; keeps autograd)."""
+    return torch.zeros(like.shape, dtype=flat.dtype, device=flat.device).index_put((index.rows, index.cols), flat)
+
+
+def _loss_units(response_mask: torch.Tensor, loss_agg: str) -> float:
+    """What a loss aggregation averages over: tokens (token-mean) or answered sequences (seq-mean-*)."""
+    if loss_agg == "token-mean":
+        return float(response_mask.sum())
+    return float((response_mask.sum(-1) > 0).sum())
+
+
+def _mix_seed(*parts: int) -> int:
+    seed = 0
+    for part in parts:
+        seed = (seed * 1_000_003 + int(part)) % (2**63 - 1)
+    return seed
+
+
+def _mean_metrics(records: list[dict[str, float]]) -> dict[str, float]:
+    """Per-key mean over the records that have the key, ignoring NaN (e.g. Spearman of 1-token answers)."""
+    values: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        for key, value in record.items():
+            if not math.isnan(value):
+                values[key].append(value)
+    return {key: sum(v) / len(v) for key, v in values.items()}

@@ -1,0 +1,67 @@
+"""How rewards are computed: the verifier process pool, the math time limit and the code sandbox.
+
+Defaults suit a 2-core CPU machine; every limit is per check (one completion), not per batch.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class SandboxConfig(BaseModel):
+    """Limits and isolation of the process that runs a candidate program (code domain).
+
+    Isolation layers (each can be switched off, e.g. to measure what it blocks):
+    - ``use_namespaces``: fresh user, mount, PID, IPC (and, with ``isolate_network``, network)
+      namespaces via ``unshare``; the whole filesystem is remounted read-only and the working
+      directory is a private size-limited tmpfs. Falls back (logged) where user namespaces are denied.
+    - ``use_landlock``: Linux Landlock denies writes outside the working directory, TCP connect/bind
+      (with ``isolate_network``) and signals to processes outside the sandbox. Skipped (logged) on
+      kernels without Landlock.
+    The resource limits always apply.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cpu_seconds: int = Field(5, ge=1, le=600, description="RLIMIT_CPU of each sandboxed process.")
+    memory_mb: int = Field(1024, ge=64, le=65536, description="RLIMIT_AS (address space) of each sandboxed process.")
+    file_size_mb: int = Field(16, ge=1, le=4096, description="RLIMIT_FSIZE: largest file (and captured output) it may write.")
+    max_processes: int = Field(
+        16, ge=1, le=4096, description="Processes + threads the program may have at once, itself included (RLIMIT_NPROC)."
+    )
+    wall_timeout_s: float = Field(10.0, gt=0, le=600, description="Wall-clock limit; past it the whole sandbox is killed.")
+    workdir_mb: int = Field(64, ge=1, le=4096, description="Size of the private tmpfs working directory (namespaces only).")
+    isolate_network: bool = Field(True, description="No network: an empty network namespace, and Landlock TCP rules.")
+    use_namespaces: bool = Field(True, description="Run inside fresh user/mount/PID/IPC(/net) namespaces when permitted.")
+    use_landlock: bool = Field(True, description="Restrict writes, TCP and signals with Landlock when the kernel has it.")
+
+
+class RewardConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_workers: int = Field(
+        2, ge=1, le=256, description="Verifier processes per scorer (math-verify needs its own process for its timeouts)."
+    )
+    math_timeout_s: int = Field(
+        3, ge=1, le=60,
+        description="math-verify's limit for each parse and each comparison (whole seconds: it uses signal.alarm).",
+    )
+    check_timeout_s: float = Field(
+        15.0, gt=0, le=600,
+        description=(
+            "Hard wall-clock limit of one non-code check (code checks get sandbox.wall_timeout_s plus a grace); "
+            "past it the verifier process is killed and replaced, and the completion scores 0 as a timeout."
+        ),
+    )
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    @model_validator(mode="after")
+    def _hard_limit_leaves_room_for_math_verify(self) -> RewardConfig:
+        # A math check is parse(gold) + parse(answer) + verify, each bounded by math_timeout_s; the hard
+        # limit must not cut a check that math-verify itself would still finish in time.
+        if self.check_timeout_s < 3 * self.math_timeout_s:
+            raise ValueError(
+                f"check_timeout_s ({self.check_timeout_s}) must be at least 3 × math_timeout_s "
+                f"({3 * self.math_timeout_s}): one math check parses twice and compares once"
+            )
+        return self

@@ -1,0 +1,72 @@
+"""Rollout engines as Ray actors, and a group that shares prompts among them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+import ray
+import torch
+
+from workers.rollout.config import RolloutConfig
+from workers.rollout.engine import RolloutEngine, RolloutSample
+
+logger = logging.getLogger(__name__)
+
+# The caller sizes it: RolloutActor.options(num_cpus=…, num_gpus=…).remote(model_dir, config).
+RolloutActor = ray.remote(RolloutEngine)
+
+
+class RolloutGroup:
+    """``config.num_actors`` rollout actors; prompts are split into contiguous chunks, one per actor."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        config: RolloutConfig,
+        num_cpus_per_actor: float = 1,
+        num_gpus_per_actor: float = 0,
+    ) -> None:
+        self.config = config
+        options = {"num_cpus": num_cpus_per_actor, "num_gpus": num_gpus_per_actor}
+        self.actors = [
+            RolloutActor.options(**options).remote(str(model_dir), config) for _ in range(config.num_actors)
+        ]
+
+    def generate(self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False) -> list[RolloutSample]:
+        """Same contract as ``RolloutEngine.generate``: samples grouped by prompt, in prompt order."""
+        chunks = _contiguous_chunks(len(prompt_token_ids), len(self.actors))
+        pending = [
+            (start, actor.generate.remote(prompt_token_ids[start:stop], n, greedy))
+            for actor, (start, stop) in zip(self.actors, chunks)
+            if stop > start
+        ]
+        samples: list[RolloutSample] = []
+        for start, ref in pending:
+            # Each actor numbers its chunk's prompts from 0; shift back to the caller's numbering.
+            samples.extend(replace(s, prompt_index=s.prompt_index + start) for s in ray.get(ref))
+        return samples
+
+    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> list[float]:
+        """Send the same weights to every actor; returns each actor's reload seconds.
+
+        The state dict goes into the object store once; every actor reads that one copy.
+        """
+        state_ref = ray.put(dict(state_dict))
+        return ray.get([actor.update_weights.remote(state_ref) for actor in self.actors])
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []
+
+
+def _contiguous_chunks(num_items: int, num_chunks: int) -> list[tuple[int, int]]:
+    """Split range(num_items) into num_chunks contiguous (start, stop) ranges whose sizes differ by ≤ 1."""
+    base, extra = divmod(num_items, num_chunks)
+    bounds = [0]
+    for index in range(num_chunks):
+        bounds.append(bounds[-1] + base + (1 if index < extra else 0))
+    return list(zip(bounds[:-1], bounds[1:]))

@@ -1,0 +1,39 @@
+"""How rollouts are sampled and how the vLLM engines that sample them are sized."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RolloutConfig(BaseModel):
+    """Sampling settings (the behaviour policy) and engine resources.
+
+    The learner computes log π at ``temperature`` over the full vocabulary; rollout logprobs match that
+    exactly only while ``top_p == 1`` and ``top_k == 0`` (see ``workers/rollout/README.md``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_actors: int = Field(default=1, ge=1, description="vLLM engines (Ray actors) that share the prompts.")
+    n_samples: int = Field(default=8, ge=1, description="Responses per prompt: the GRPO group size.")
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature (greedy is a flag).")
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    top_k: int = Field(default=0, ge=0, description="0 disables top-k.")
+    max_new_tokens: int = Field(default=32, ge=1)
+    max_prompt_tokens: int = Field(default=64, ge=1)
+    kv_cache_memory_bytes: int | None = Field(
+        default=256 * 1024**2,
+        gt=0,
+        description="KV cache size on CPU (vLLM's default reservation fails on small machines); "
+        "None sizes it from gpu_memory_utilization, the usual choice on CUDA.",
+    )
+    gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
+    tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine (CUDA only).")
+    enforce_eager: bool = Field(
+        default=True, description="Skip torch.compile/CUDA graphs: no gain at tiny scale, a minute to build."
+    )
+    seed: int = 0
+
+    @property
+    def max_model_len(self) -> int:
+        return self.max_prompt_tokens + self.max_new_tokens

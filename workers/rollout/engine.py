@@ -1,0 +1,199 @@
+"""A vLLM engine that samples response groups with their logprobs and takes new weights in place.
+
+What the logprobs mean. vLLM's default ``logprobs_mode="raw_logprobs"`` returns log_softmax of the raw
+logits, i.e. the model at temperature 1, whatever temperature the token was sampled at. The learner
+computes log π(o_t) = log_softmax(z_t / T)[o_t] at the rollout temperature T, so the engine runs with
+``logprobs_mode="processed_logprobs"``: the log-probability under the distribution the token was actually
+drawn from, after temperature (and after top-k/top-p, which renormalise over the kept tokens — so the two
+agree exactly only with ``top_p=1, top_k=0``, the usual RLVR setting). Greedy requests skip the
+temperature, so their logprobs are at T = 1. Prompt logprobs (``sequence_logprobs``) never go through the
+sampler and are always raw, i.e. at T = 1.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from workers.rollout.config import RolloutConfig
+from workers.rollout.weight_sync import WORKER_EXTENSION_CLASS, send_weights_via_rpc
+
+logger = logging.getLogger(__name__)
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class RolloutSample:
+    """One sampled response. Samples of the same prompt are adjacent, in ``generate``'s output order."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    response_ids: list[int]  # ends with EOS when finish_reason == "stop"
+    response_logprobs: list[float]  # log π(o_t) of each response token at the sampling temperature
+    finish_reason: FinishReason  # "stop": the model emitted EOS; "length": max_new_tokens reached
+
+
+class RolloutEngine:
+    """A real vLLM ``LLM``: in-process on CPU, the usual worker processes (tensor parallel) on CUDA."""
+
+    def __init__(self, model_dir: str | Path, config: RolloutConfig) -> None:
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        self.config = config
+        self.model_dir = Path(model_dir)
+        self.on_cpu = current_platform.is_cpu()
+        engine_args: dict[str, Any] = {
+            "model": str(self.model_dir),
+            "dtype": _folder_dtype(self.model_dir),
+            "seed": config.seed,
+            "max_model_len": config.max_model_len,
+            "enforce_eager": config.enforce_eager,
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
+            "logprobs_mode": "processed_logprobs",  # see the module docstring
+            "worker_extension_cls": WORKER_EXTENSION_CLASS,
+        }
+        if self.on_cpu:
+            if config.kv_cache_memory_bytes is None:
+                raise ValueError(
+                    "kv_cache_memory_bytes: required on CPU (vLLM's default reservation fails there)"
+                )
+            # In-process engine core and worker: starts in ≈4.5 s instead of ≈31 s, and lets
+            # update_weights hand tensors to the worker directly. setdefault: an explicit "1" still wins.
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            engine_args["distributed_executor_backend"] = "uni"
+        else:
+            engine_args["tensor_parallel_size"] = config.tensor_parallel_size
+        started = time.perf_counter()
+        self._llm = LLM(**engine_args)
+        self.start_seconds = time.perf_counter() - started
+        logger.info("vLLM engine for %s started in %.1f s", self.model_dir, self.start_seconds)
+
+    @property
+    def llm(self) -> Any:
+        """The underlying ``vllm.LLM``, for what this class does not wrap."""
+        return self._llm
+
+    def generate(
+        self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False
+    ) -> list[RolloutSample]:
+        """Sample ``n`` responses per prompt; the result lists prompt 0's samples, then prompt 1's, …
+
+        ``greedy`` decodes the argmax (evaluation); its logprobs are at temperature 1.
+        """
+        from vllm import SamplingParams
+
+        self._check_prompt_lengths(prompt_token_ids)
+        if greedy and n != 1:
+            raise ValueError(f"n={n}: greedy decoding gives one response per prompt, so n must be 1")
+        params = SamplingParams(
+            n=n,
+            temperature=0.0 if greedy else self.config.temperature,
+            top_p=self.config.top_p,
+            top_k=self.config.top_k,
+            max_tokens=self.config.max_new_tokens,
+            logprobs=0,  # the sampled token's logprob only
+        )
+        outputs = self._llm.generate(_tokens_prompts(prompt_token_ids), params, use_tqdm=False)
+        samples = []
+        for prompt_index, (prompt_ids, output) in enumerate(zip(prompt_token_ids, outputs, strict=True)):
+            for completion in output.outputs:
+                response_ids = list(completion.token_ids)
+                logprobs = [
+                    position[token].logprob
+                    for position, token in zip(completion.logprobs, response_ids, strict=True)
+                ]
+                samples.append(
+                    RolloutSample(
+                        prompt_index=prompt_index,
+                        prompt_ids=list(prompt_ids),
+                        response_ids=response_ids,
+                        response_logprobs=logprobs,
+                        finish_reason=_finish_reason(completion.finish_reason),
+                    )
+                )
+        return samples
+
+    def update_weights(
+        self, named_tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
+    ) -> float:
+        """Load a full state dict (HF checkpoint names) into the running engine; returns the seconds taken.
+
+        Tied embeddings may include or omit ``lm_head.weight``: vLLM skips it for tied models.
+        """
+        started = time.perf_counter()
+        items = list(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
+        items = [(name, tensor.detach()) for name, tensor in items]
+        worker = self._in_process_worker()
+        if worker is not None:
+            worker.model_runner.reload_weights(weights_iterator=items)
+        else:
+            send_weights_via_rpc(self._llm, items)
+        # Cached KV blocks were computed with the old weights; a prefix hit would silently reuse them.
+        self._llm.reset_prefix_cache()
+        seconds = time.perf_counter() - started
+        logger.debug("Updated %d tensors in %.3f s", len(items), seconds)
+        return seconds
+
+    def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
+        """log π(response_t | prompt, response_<t) at temperature 1, scored by vLLM as prompt logprobs."""
+        from vllm import SamplingParams
+
+        if not prompt_ids or not response_ids:
+            raise ValueError("sequence_logprobs needs a non-empty prompt and response")
+        token_ids = list(prompt_ids) + list(response_ids)
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=0)
+        (output,) = self._llm.generate(_tokens_prompts([token_ids]), params, use_tqdm=False)
+        positions = output.prompt_logprobs[len(prompt_ids) :]
+        return [position[token].logprob for position, token in zip(positions, response_ids, strict=True)]
+
+    def shutdown(self) -> None:
+        """Stop the engine core (and its worker processes, if any) and free the KV cache."""
+        self._llm.llm_engine.engine_core.shutdown()
+
+    def _in_process_worker(self) -> Any | None:
+        """The vLLM worker when it lives in this process (RECIPES.md), else None (worker processes)."""
+        engine_core = getattr(self._llm.llm_engine.engine_core, "engine_core", None)
+        executor = getattr(engine_core, "model_executor", None)
+        driver = getattr(executor, "driver_worker", None)
+        return getattr(driver, "worker", None)
+
+    def _check_prompt_lengths(self, prompt_token_ids: list[list[int]]) -> None:
+        for index, prompt in enumerate(prompt_token_ids):
+            if not prompt or len(prompt) > self.config.max_prompt_tokens:
+                raise ValueError(
+                    f"prompt {index} has {len(prompt)} tokens; allowed 1..max_prompt_tokens="
+                    f"{self.config.max_prompt_tokens}"
+                )
+
+
+def _tokens_prompts(prompt_token_ids: list[list[int]]) -> list[Any]:
+    from vllm.inputs import TokensPrompt
+
+    return [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_token_ids]
+
+
+def _finish_reason(reason: str | None) -> FinishReason:
+    if reason not in ("stop", "length"):
+        raise RuntimeError(f"vLLM finished a sample with reason {reason!r}; expected 'stop' or 'length'")
+    return reason  # type: ignore[return-value]
+
+
+def _folder_dtype(model_dir: Path) -> str:
+    """The dtype the folder's weights were saved in, so vLLM computes in the learner's precision.
+
+    (vLLM's "auto" may run a float32 checkpoint in half precision on GPUs.)
+    """
+    hf_config = json.loads((model_dir / "config.json").read_text())
+    dtype = hf_config.get("dtype") or hf_config.get("torch_dtype")
+    return dtype if isinstance(dtype, str) else "auto"
