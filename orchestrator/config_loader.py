@@ -1,12 +1,14 @@
 """Load an ExperimentConfig from a preset name or YAML file plus ``--set a.b=c`` overrides.
 
 A YAML file may start with ``extends: <preset or path>`` to inherit another one; keys it sets
-replace (dicts merge) those of the parent. Override values are parsed as YAML scalars, so
+replace (dicts merge) those of the parent. ``${VAR}`` in its strings expands from the environment
+(the GPU presets find models under ``${GMTS_MODELS_DIR}``). Override values are parsed as YAML scalars, so
 ``--set selection.ratio=0.2`` is a float and ``--set model.path=null`` is None.
 """
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,10 +40,20 @@ def read_config_dict(source: str | Path, _seen: tuple[str, ...] = ()) -> dict[st
         raise ConfigError(f"{where}: not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: the top level must be a mapping, got {type(data).__name__}")
+    data = _expand_env(data)
     parent = data.pop("extends", None)
     if parent is None:
         return data
     return _deep_merge(read_config_dict(parent, _seen + (where,)), data)
+
+
+def _expand_env(value: Any) -> Any:
+    """``${VAR}`` in string values becomes the variable's value (model and data roots of presets)."""
+    if isinstance(value, dict):
+        return {key: _expand_env(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(item) for item in value]
+    return os.path.expandvars(value) if isinstance(value, str) else value
 
 
 def _read_source(source: str) -> tuple[str, str]:

@@ -91,9 +91,7 @@ def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) 
         policy_dir, config.learner, config.algorithm.loss, config.selection,
         temperature=config.rollout.temperature, use_reference=config.algorithm.loss.kl_coef > 0,
         num_cpus_per_actor=res.cpus_per_learner_actor, num_gpus_per_actor=res.gpus_per_learner_actor,
-        placement_group=placement_group,
-        bundle_indices=[bundle_index(config, "learner", r) for r in range(config.learner.num_actors)],
-        runtime_env=env,
+        placement_group=placement_group, bundle_offset=bundle_index(config, "learner", 0),
     )
     reward_options: dict = {"num_cpus": res.cpus_per_reward_worker, "runtime_env": env}
     if placement_group is not None:
@@ -158,6 +156,8 @@ def train(
                     [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples],
                     advantages_of(rollouts, config), rollouts.group_ids, pad_id=_pad_id(tokenizer),
                 )
+                if _needs_old_logp(config):
+                    batch = workers.learners.compute_reference_stats(batch)
                 metrics.update(workers.learners.train_step(batch, step))
                 metrics["time/sync"] = workers.sync_weights()
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
@@ -199,6 +199,16 @@ def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, s
     tracker.flush()
     checkpointing.prune(config.run_dir, config.checkpoint.keep_last)
     return folder
+
+
+def _needs_old_logp(config: ExperimentConfig) -> bool:
+    """π_old (and π_ref) need their own forward pass only when the update is not one on-policy
+    step: with one epoch over one mini-batch, π_old = π at the first forward and the learner takes
+    it from there (no extra pass), unless KL needs π_ref."""
+    learner = config.learner
+    steps_per_update = learner.ppo_epochs * max(1, config.data.prompts_per_step * config.rollout.n_samples
+                                                // learner.mini_batch_size)
+    return config.algorithm.loss.kl_coef > 0 or steps_per_update > 1
 
 
 def _pad_id(tokenizer) -> int:

@@ -128,8 +128,10 @@ def expand(spec: SweepSpec, output_dir: Path | None = None) -> list[Trial]:
     trials: list[Trial] = []
     for index, point in enumerate(grid_points(spec)):
         preset = point.get("model_size", spec.base.preset)
-        overrides = [f"{key}={json.dumps(value)}" for key, value in spec.base.overrides.items()]
+        overrides = [f"{key}={json.dumps(value)}" for key, value in _dotted(spec.base.overrides).items()]
         overrides += [f"{AXIS_FIELDS[axis]}={json.dumps(value)}" for axis, value in point.items() if axis in AXIS_FIELDS]
+        if point.get("method") == "none":
+            overrides.append("selection.ratio=null")  # the baseline has no ratio, whatever the preset holds
         name = f"{spec.name}-t{index:03d}"
         overrides += [f"name={name}", f"tracking.experiment={json.dumps(spec.experiment)}"]
         if output_dir is not None:
@@ -145,6 +147,19 @@ def expand(spec: SweepSpec, output_dir: Path | None = None) -> list[Trial]:
     if not trials:
         raise ConfigError("grid: the spec expands to no trial (every point excluded?)")
     return trials
+
+
+def _dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys, so that ``--set base.overrides.training.steps=5`` (which arrives
+    as ``{"training": {"steps": 5}}``) sets one field instead of replacing the whole section."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_dotted(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
 
 
 def spec_names() -> list[str]:

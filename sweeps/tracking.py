@@ -133,5 +133,6 @@ def open_parent_run(
     return run
 
 
-def close_parent_run(client: MlflowClient, run_id: str, *, failed: bool) -> None:
-    client.set_terminated(run_id, status="FAILED" if failed else "FINISHED")
+def close_parent_run(client: MlflowClient, run_id: str, *, status: str) -> None:
+    """FINISHED, FAILED (a trial failed) or KILLED (interrupted; ``--resume`` reopens it)."""
+    client.set_terminated(run_id, status=status)

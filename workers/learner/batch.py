@@ -98,6 +98,32 @@ class TrainBatch:
             ref_logp=_pad_per_token(ref_logp, response_ids, width, "ref_logp"),
         )
 
+    @classmethod
+    def concat(cls, batches: Sequence[TrainBatch]) -> TrainBatch:
+        """Rows of all ``batches`` in order (e.g. the shards of every rank), re-padded to the widest."""
+        if not batches:
+            raise ValueError("concat needs at least one TrainBatch")
+        length = max(b.input_ids.shape[1] for b in batches)
+        width = max(b.response_width for b in batches)
+
+        # The fill value of new padding never matters: nothing reads past a row's attention mask.
+        def stack(name: str, columns: int):
+            parts = [getattr(b, name) for b in batches]
+            if any(p is None for p in parts):
+                return None
+            return torch.cat([torch.nn.functional.pad(p, (0, columns - p.shape[1])) for p in parts])
+
+        return cls(
+            input_ids=stack("input_ids", length),
+            attention_mask=stack("attention_mask", length),
+            prompt_lengths=torch.cat([b.prompt_lengths for b in batches]),
+            response_mask=stack("response_mask", width),
+            advantages=torch.cat([b.advantages for b in batches]),
+            group_ids=torch.cat([b.group_ids for b in batches]),
+            old_logp=stack("old_logp", width),
+            ref_logp=stack("ref_logp", width),
+        )
+
     def replace(self, **changes) -> TrainBatch:
         return dataclasses.replace(self, **changes)
 
@@ -124,8 +150,9 @@ class TrainBatch:
     def groups(self) -> list[torch.Tensor]:
         """Row indices of each group, groups in order of first appearance, rows ascending."""
         _, inverse = torch.unique(self.group_ids, return_inverse=True)
-        first_row = torch.full((int(inverse.max()) + 1,), self.batch_size, dtype=torch.long)
-        first_row = first_row.scatter_reduce(0, inverse, torch.arange(self.batch_size), reduce="amin")
+        row = torch.arange(self.batch_size, device=inverse.device)
+        first_row = torch.full((int(inverse.max()) + 1,), self.batch_size, dtype=torch.long, device=inverse.device)
+        first_row = first_row.scatter_reduce(0, inverse, row, reduce="amin")
         return [(inverse == g).nonzero().squeeze(-1) for g in torch.argsort(first_row).tolist()]
 
     # ------------------------------------------------------------------------------------ pieces
@@ -134,7 +161,7 @@ class TrainBatch:
         rows = rows.to(self.input_ids.device)
         length = int(self.attention_mask[rows].sum(-1).max())
         width = max(1, int(self.response_mask[rows].sum(-1).max()))
-        per_token = lambda t: None if t is None else t[rows, :width]  # noqa: E731
+        per_token = lambda t: None if t is None else t[rows, :width]
         return TrainBatch(
             input_ids=self.input_ids[rows, :length],
             attention_mask=self.attention_mask[rows, :length],
@@ -175,6 +202,9 @@ class TrainBatch:
                         f"group {int(self.group_ids[rows[0]])} has {len(rows)} sequences, more than a piece of "
                         f"{size}; a mini-batch must hold whole groups (raise mini_batch_size)"
                     )
+                if current:
+                    pieces.append(current)
+                    current, filled = [], 0
                 pieces.extend([[part] for part in rows.split(size)])
                 continue
             if filled + len(rows) > size:

@@ -51,12 +51,13 @@ from workers.learner.batch import ResponseIndex, TrainBatch, response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
-from workers.learner.selection import SelectionConfig, select_tokens
+from workers.learner.selection import Selection, SelectionConfig, select_tokens
 from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_TAG = "learner"
+CLIENT_STATE_KEY = "learner_client_state"
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int = 0) -> None:
@@ -102,6 +103,7 @@ class LearnerEngine:
         self.process_group = process_group
         self.world_size, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
         self.with_grad_norm = selection.method == "gmts_exact" or learner.gradient_norm_stats
+        self._last_grad_norm: float | None = None
         self._warned_group_split = False
 
         started = time.perf_counter()
@@ -143,34 +145,37 @@ class LearnerEngine:
         }
 
     # ----------------------------------------------------------------------------- forward passes
-    def _response_stats(self, batch: TrainBatch, index: ResponseIndex, logits: torch.Tensor, with_grad_norm: bool,
-                        temperature: float):
-        """logp (with grad), entropy, G in the [B, T] layout, from logits [N, V] at the response tokens."""
-        stats = token_stats_from_logits(logits[None], index.tokens[None], temperature, with_grad_norm)
-        layout = lambda flat: _to_layout(flat[0], index, batch.response_mask)  # noqa: E731
+    def _response_stats(self, batch: TrainBatch, index: ResponseIndex, logits: torch.Tensor):
+        """logp (with grad), entropy, G (or None) in the [B, T] layout, from logits [N, V] at the response tokens."""
+        stats = token_stats_from_logits(logits[None], index.tokens[None], self.temperature, self.with_grad_norm)
+        layout = lambda flat: _to_layout(flat[0], index, batch.response_mask)
         grad_norm = None if stats.grad_norm is None else layout(stats.grad_norm)
         return layout(stats.logp), layout(stats.entropy), grad_norm
 
     @torch.no_grad()
     def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
-        """The batch with ``old_logp`` = log π (current weights) and, with a reference, ``ref_logp``."""
-        batch = batch.to(self.device)
-        old = torch.zeros_like(batch.response_mask)
-        ref = torch.zeros_like(batch.response_mask) if self.reference is not None else None
+        """The batch with ``old_logp`` = log π (current weights) and, with a reference, ``ref_logp``.
+
+        Batches live on the CPU; each micro-batch visits the engine's device for its forward.
+        """
+        batch = batch.to("cpu")
+        old = torch.zeros(batch.response_mask.shape, device=self.device)
+        ref = torch.zeros_like(old) if self.reference is not None else None
         self.engine.eval()
         try:
-            for rows in torch.arange(batch.batch_size, device=self.device).split(self.learner.micro_batch_size):
-                piece = batch.select(rows)
+            for rows in torch.arange(batch.batch_size).split(self.learner.micro_batch_size):
+                piece = batch.select(rows).to(self.device)
                 index = piece.response_index()
+                into = (rows.to(self.device)[index.rows], index.cols)
                 logits = self.engine(piece.input_ids, piece.attention_mask, index.rows, index.positions)
-                old[rows[index.rows], index.cols] = self._flat_logp(logits, index)
+                old[into] = self._flat_logp(logits, index)
                 if ref is not None:
                     ref_logits = response_logits(self.reference, piece.input_ids, piece.attention_mask,
                                                  index.rows, index.positions)
-                    ref[rows[index.rows], index.cols] = self._flat_logp(ref_logits, index)
+                    ref[into] = self._flat_logp(ref_logits, index)
         finally:
             self.engine.train()
-        return batch.replace(old_logp=old, ref_logp=ref if ref is not None else batch.ref_logp)
+        return batch.replace(old_logp=old.cpu(), ref_logp=ref.cpu() if ref is not None else batch.ref_logp)
 
     @torch.no_grad()
     def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
@@ -181,7 +186,7 @@ class LearnerEngine:
         to compare with raw logprobs. A collective under ZeRO-3: every rank must call it.
         """
         batch = TrainBatch.from_lists([prompt_ids], [response_ids], [0.0], [0], pad_id=0).to(self.device)
-        index = batch.response_index()
+        index = batch.response_index()  # computed from on-device tensors, so already on the device
         self.engine.eval()
         try:
             logits = self.engine(batch.input_ids, batch.attention_mask, index.rows, index.positions)
@@ -197,11 +202,12 @@ class LearnerEngine:
     def train_step(self, batch: TrainBatch, step: int) -> dict[str, float]:
         """PPO epochs over this rank's batch; returns metrics averaged over micro-batches (timings summed)."""
         started = time.perf_counter()
-        batch = batch.to(self.device)
+        batch = batch.to("cpu")  # scheduling on the CPU; micro-batches go to the device one at a time
         cfg = self.learner
         loss_config = self._loss_config_for(batch)
         if self.loss.kl_coef > 0 and batch.ref_logp is None:
             raise ValueError("kl_coef > 0 needs batch.ref_logp: call compute_reference_stats(batch) first")
+        self._warn_if_groups_are_cut(batch)
         timings: dict[str, float] = defaultdict(float)
         records: list[dict[str, float]] = []
         optimizer_records: list[dict[str, float]] = []
@@ -223,7 +229,7 @@ class LearnerEngine:
                         _mix_seed(self.selection.seed, step, epoch, mini_index, micro_index, self.rank))
                     records.append(self._micro_step(micro, loss_config, scale * self.world_size, selection_rng,
                                                     timings))
-                optimizer_records.append(self._optimizer_step(timings))
+                optimizer_records.append(self._optimizer_record())
         metrics = _mean_metrics(records)
         metrics.update(_mean_metrics(optimizer_records))
         metrics["optim/steps"] = float(len(optimizer_records))
@@ -234,9 +240,10 @@ class LearnerEngine:
     def _micro_step(self, micro: TrainBatch, loss_config: PolicyLossConfig, scale: float,
                     generator: torch.Generator, timings: dict[str, float]) -> dict[str, float]:
         tick = time.perf_counter()
+        micro = micro.to(self.device)
         index = micro.response_index()
         logits = self.engine(micro.input_ids, micro.attention_mask, index.rows, index.positions)
-        logp, entropy, grad_norm = self._response_stats(micro, index, logits, self.with_grad_norm, self.temperature)
+        logp, entropy, grad_norm = self._response_stats(micro, index, logits)
         mask = micro.response_mask
         old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
         entropy_in_loss = entropy
@@ -262,6 +269,8 @@ class LearnerEngine:
         self.engine.backward(out.loss * scale, scale_wrt_gas=False)
         tock = time.perf_counter()
         timings["backward"] += tock - tick
+        if self.engine.is_gradient_accumulation_boundary():
+            self._last_grad_norm = self._unclipped_grad_norm()
         self.engine.step()  # applies the update only at the accumulation boundary set by train_step
         timings["optimizer"] += time.perf_counter() - tock
 
@@ -276,16 +285,40 @@ class LearnerEngine:
         }
         if out.kl is not None:
             record["loss/kl"] = float(out.kl)
-        record.update(selection_diagnostics(selection, mask, entropy, grad_norm))
+        # On CPU copies: diagnostics builds its quantile levels on the CPU (and it is all [B, T]-sized).
+        cpu = lambda t: None if t is None else t.detach().cpu()
+        record.update(selection_diagnostics(
+            Selection(mask=cpu(selection.mask), scores=cpu(selection.scores), eligible=cpu(selection.eligible)),
+            cpu(mask), cpu(entropy), cpu(grad_norm)))
         return record
 
-    def _optimizer_step(self, timings: dict[str, float]) -> dict[str, float]:
+    def _unclipped_grad_norm(self) -> float | None:
+        # DeepSpeed's ZeRO and bf16 optimisers record the global norm in step(); its plain fp32 ZeRO-0
+        # path clips without keeping it, so measure it here (gradients are already all-reduced).
+        if self.learner.zero_stage > 0 or self.learner.bf16:
+            return None
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        return float(torch.nn.utils.get_total_norm(grads)) if grads else None
+
+    def _optimizer_record(self) -> dict[str, float]:
         # The update itself ran inside the last micro-batch's engine.step(); read what it measured.
         grad_norm = self.engine.get_global_grad_norm()
+        if grad_norm is None:
+            grad_norm = self._last_grad_norm
         record = {"optim/lr": float(self.optimizer.param_groups[0]["lr"])}
         if grad_norm is not None:
             record["optim/grad_norm"] = float(grad_norm)
         return record
+
+    def _warn_if_groups_are_cut(self, batch: TrainBatch) -> None:
+        largest = max(len(rows) for rows in batch.groups())
+        if (largest > self.learner.micro_batch_size and self.selection.scope == "group"
+                and self.selection.method != "none" and not self._warned_group_split):
+            self._warned_group_split = True
+            logger.warning(
+                "groups of up to %d sequences do not fit a micro-batch of %d: scope='group' selection ranks "
+                "each micro-batch's part of a group separately (raise micro_batch_size for exact groups)",
+                largest, self.learner.micro_batch_size)
 
     def _loss_config_for(self, batch: TrainBatch) -> PolicyLossConfig:
         # seq-mean-token-sum-norm divides by one constant length; without a configured one it is the
@@ -324,14 +357,14 @@ class LearnerEngine:
 
     def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
         """Model, optimiser and engine counters (each rank writes its ZeRO partition) plus ``client_state``."""
-        self.engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG, client_state=dict(client_state or {}))
+        self.engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG,
+                                    client_state={CLIENT_STATE_KEY: dict(client_state or {})})
 
     def load_checkpoint(self, path: str | Path) -> dict:
-        load_path, client_state = self.engine.load_checkpoint(str(path), tag=CHECKPOINT_TAG,
-                                                              load_optimizer_states=True)
-        if load_path is None:
-            raise FileNotFoundError(f"no learner checkpoint under {path}")
-        return client_state
+        if not (Path(path) / CHECKPOINT_TAG).is_dir():
+            raise FileNotFoundError(f"no learner checkpoint under {path} (expected {Path(path) / CHECKPOINT_TAG})")
+        _, client_state = self.engine.load_checkpoint(str(path), tag=CHECKPOINT_TAG, load_optimizer_states=True)
+        return client_state[CLIENT_STATE_KEY]  # DeepSpeed hands back its own entries too
 
 
 def _to_layout(flat: torch.Tensor, index: ResponseIndex, like: torch.Tensor) -> torch.Tensor:

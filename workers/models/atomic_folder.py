@@ -21,11 +21,13 @@ def build_folder_once(target: Path, build: Callable[[Path], None]) -> Path:
     """Return ``target``, first calling ``build(tmp_folder)`` and renaming it to ``target`` if it is missing."""
     if target.is_dir():
         return target
+
     target.parent.mkdir(parents=True, exist_ok=True)
     # Same parent as the target: the rename stays on one filesystem, which is what makes it atomic.
     tmp_folder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         build(tmp_folder)
+        _make_readable_by_all(tmp_folder)
         try:
             os.rename(tmp_folder, target)
         except OSError:
@@ -35,3 +37,10 @@ def build_folder_once(target: Path, build: Callable[[Path], None]) -> Path:
     finally:
         shutil.rmtree(tmp_folder, ignore_errors=True)
     return target
+
+
+def _make_readable_by_all(folder: Path) -> None:
+    """mkdtemp creates the folder 0700 (and some writers make 0600 files); a cache is for every process."""
+    folder.chmod(0o755)
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)

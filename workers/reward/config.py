@@ -18,29 +18,49 @@ class SandboxConfig(BaseModel):
     - ``use_landlock``: Linux Landlock denies writes outside the working directory, TCP connect/bind
       (with ``isolate_network``) and signals to processes outside the sandbox. Skipped (logged) on
       kernels without Landlock.
-    The resource limits always apply.
+    - ``use_seccomp``: a seccomp filter makes ``socket()`` fail — every family with
+      ``isolate_network``, else all but internet sockets — so that unix sockets of host services
+      (Ray's raylet, Docker) are out of reach; also ``io_uring``. x86-64 and arm64.
+    The resource limits always apply; see workers/reward/README.md for what each layer blocks.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     cpu_seconds: int = Field(5, ge=1, le=600, description="RLIMIT_CPU of each sandboxed process.")
     memory_mb: int = Field(1024, ge=64, le=65536, description="RLIMIT_AS (address space) of each sandboxed process.")
-    file_size_mb: int = Field(16, ge=1, le=4096, description="RLIMIT_FSIZE: largest file (and captured output) it may write.")
-    max_processes: int = Field(
-        16, ge=1, le=4096, description="Processes + threads the program may have at once, itself included (RLIMIT_NPROC)."
+    file_size_mb: int = Field(
+        16, ge=1, le=4096, description="RLIMIT_FSIZE: largest file (and captured output) it may write."
     )
-    wall_timeout_s: float = Field(10.0, gt=0, le=600, description="Wall-clock limit; past it the whole sandbox is killed.")
-    workdir_mb: int = Field(64, ge=1, le=4096, description="Size of the private tmpfs working directory (namespaces only).")
-    isolate_network: bool = Field(True, description="No network: an empty network namespace, and Landlock TCP rules.")
-    use_namespaces: bool = Field(True, description="Run inside fresh user/mount/PID/IPC(/net) namespaces when permitted.")
-    use_landlock: bool = Field(True, description="Restrict writes, TCP and signals with Landlock when the kernel has it.")
+    max_processes: int = Field(
+        16, ge=1, le=4096,
+        description="Processes + threads the program may have at once, itself included (RLIMIT_NPROC).",
+    )
+    wall_timeout_s: float = Field(
+        10.0, gt=0, le=600, description="Wall-clock limit; past it the whole sandbox is killed."
+    )
+    workdir_mb: int = Field(
+        64, ge=1, le=4096, description="Size of the private tmpfs working directory (namespaces only)."
+    )
+    isolate_network: bool = Field(
+        True, description="No network: an empty network namespace, Landlock TCP rules, no socket() (seccomp)."
+    )
+    use_namespaces: bool = Field(
+        True, description="Run inside fresh user/mount/PID/IPC(/net) namespaces when permitted."
+    )
+    use_landlock: bool = Field(
+        True, description="Restrict writes, TCP and signals with Landlock when the kernel has it."
+    )
+    use_seccomp: bool = Field(
+        True, description="Deny socket() (but internet sockets when the network is allowed) and io_uring."
+    )
 
 
 class RewardConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     num_workers: int = Field(
-        2, ge=1, le=256, description="Verifier processes per scorer (math-verify needs its own process for its timeouts)."
+        2, ge=1, le=256,
+        description="Verifier processes per scorer (math-verify needs its own process for its timeouts).",
     )
     math_timeout_s: int = Field(
         3, ge=1, le=60,
@@ -57,11 +77,12 @@ class RewardConfig(BaseModel):
 
     @model_validator(mode="after")
     def _hard_limit_leaves_room_for_math_verify(self) -> RewardConfig:
-        # A math check is parse(gold) + parse(answer) + verify, each bounded by math_timeout_s; the hard
-        # limit must not cut a check that math-verify itself would still finish in time.
+        # A math check is several math-verify steps (parse the reference, parse candidate answers,
+        # compare), each bounded by math_timeout_s; the hard limit must not cut a check that is merely
+        # slow in a few of them.
         if self.check_timeout_s < 3 * self.math_timeout_s:
             raise ValueError(
                 f"check_timeout_s ({self.check_timeout_s}) must be at least 3 × math_timeout_s "
-                f"({3 * self.math_timeout_s}): one math check parses twice and compares once"
+                f"({3 * self.math_timeout_s}): one math check runs several math-verify steps"
             )
         return self

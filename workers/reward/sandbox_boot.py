@@ -1,8 +1,8 @@
-"""The first code that runs in a sandbox process: it locks the process down, then becomes the program.
+"""The first code that runs in a sandbox process: it locks the process down, then runs the program.
 
 Run as a script (``python -I sandbox_boot.py SPEC_JSON``) by ``workers.reward.sandbox``; it uses the
 standard library only, because under ``-I`` the project is not importable. The parent imports it
-too, for ``BootSpec`` and ``landlock_abi``. Every step fails closed: if a requested layer cannot be
+too, for ``BootSpec``, ``landlock_abi`` and ``seccomp_arch``. Every step fails closed: if a requested layer cannot be
 set up, the program never runs (exit code ``SETUP_FAILED_EXIT`` and a line starting with
 ``SETUP_FAILED_MARKER`` on stderr).
 
@@ -15,9 +15,17 @@ Order of the steps, and why:
    which starts the inner stage as PID 1 of the new PID namespace.
 2. *Inner stage*: raise the OOM score (the OOM killer takes the sandbox first); remount every
    mount read-only, recursively (``mount_setattr``), and mount a size-limited tmpfs on the working
-   directory; Landlock (writes only in the working directory, no TCP, no signals or abstract unix
-   sockets out of the sandbox); resource limits; drop every capability (bounding set too, so the
-   exec cannot give them back, and so the program cannot undo the read-only mounts); exec the program.
+   directory; no-new-privileges; Landlock (writes only in the working directory, no TCP, no signals
+   or abstract unix sockets out of the sandbox); a seccomp filter (``socket()`` fails, except
+   internet sockets when the network is allowed: a read-only mount does not stop ``connect`` to a
+   unix socket file such as Ray's raylet or Docker's, and Landlock does not cover them; nor
+   ``io_uring``, which could open sockets past the filter); resource limits; drop every capability
+   (bounding set too, so the exec cannot give them back, and so the program cannot undo the
+   read-only mounts).
+3. Fork the program and wait for it. The boot process stays as PID 1 of the namespace (the kernel
+   ignores default-action signals sent to a PID 1, so the program as PID 1 would shrug off SIGXCPU
+   at its CPU limit) and reaps orphans; it reports the program's raw wait status on ``status_fd``
+   (``unshare`` turns a death by signal into exit code 1), which the program itself never holds.
 """
 
 from __future__ import annotations
@@ -70,21 +78,33 @@ _LL_TRUNCATE = 1 << 14  # ABI 3
 _LL_NET_BIND_TCP, _LL_NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 _LL_SCOPE_ABSTRACT_UNIX_SOCKET, _LL_SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+# Per architecture: (AUDIT_ARCH value, socket syscall number, lowest syscall number of a foreign ABI).
+_SECCOMP_ARCHES = {
+    "x86_64": (0xC000003E, 41, 0x40000000),  # x32 syscalls carry bit 30
+    "aarch64": (0xC00000B7, 198, None),
+}
+_SYS_IO_URING_SETUP = 425  # the same number on both
+_AF_INET, _AF_INET6 = 2, 10
+_EACCES = 13
+
 
 @dataclass(frozen=True)
 class BootSpec:
-    """What the parent asks for. ``program`` None = probe: set everything up, then exit 0."""
+    """What the parent asks for."""
 
-    program: str | None
+    program: str
     workdir: str
     unshare_command: list[str]  # empty = no namespaces
     landlock: bool
+    seccomp: bool
     isolate_network: bool
     cpu_seconds: int
     memory_bytes: int
     file_size_bytes: int
     max_processes: int
     workdir_bytes: int
+    status_fd: int  # write end of the pipe for the program's wait status
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -108,6 +128,14 @@ def _syscall(number: int, *args) -> int:
         errno = ctypes.get_errno()
         raise OSError(errno, os.strerror(errno))
     return result
+
+
+def _prctl(option: int, *args: int) -> None:
+    # Arguments as unsigned long, as the kernel reads them (ctypes would pass Python ints as C int).
+    values = [ctypes.c_ulong(arg) for arg in (*args, 0, 0, 0, 0)[:4]]
+    if _libc.prctl(ctypes.c_int(option), *values) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl({option}): {os.strerror(errno)}")
 
 
 def landlock_abi() -> int:
@@ -197,12 +225,11 @@ def _apply_landlock(workdir: str, isolate_network: bool) -> None:
         attr.scoped = _LL_SCOPE_ABSTRACT_UNIX_SOCKET | _LL_SCOPE_SIGNAL
         size = 24
     try:
-        ruleset = _syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+        ruleset = _syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
+                           ctypes.c_uint32(0))
         _allow_beneath(ruleset, workdir, write_rights)
         # Programs open /dev/null for writing (subprocess.DEVNULL, logging sinks); it stores nothing.
         _allow_beneath(ruleset, "/dev/null", _LL_WRITE_FILE | (_LL_TRUNCATE if abi >= 3 else 0))
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
         _syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
         os.close(ruleset)
     except OSError as error:
@@ -217,6 +244,52 @@ def _allow_beneath(ruleset: int, path: str, rights: int) -> None:
                  ctypes.byref(rule), ctypes.c_uint32(0))
     finally:
         os.close(fd)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_arch() -> str | None:
+    """The machine name if the seccomp filter knows its syscall numbers, else None."""
+    machine = os.uname().machine
+    return machine if machine in _SECCOMP_ARCHES else None
+
+
+def _apply_seccomp(isolate_network: bool) -> None:
+    machine = seccomp_arch()
+    if machine is None:
+        raise SetupFailed(f"no seccomp filter for architecture {os.uname().machine}")
+    audit_arch, socket_nr, foreign_abi_base = _SECCOMP_ARCHES[machine]
+    load_w, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_JMP|JGE|K, BPF_RET|K
+    allow, deny = 0x7FFF0000, 0x00050000 | _EACCES  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO(EACCES)
+    kill = 0x80000000  # SECCOMP_RET_KILL_PROCESS
+    # seccomp_data: nr at offset 0, arch at 4, args[0] (low half on little-endian) at 16.
+    # Jump offsets count the instructions to skip.
+    program = [
+        (load_w, 0, 0, 4), (jeq, 1, 0, audit_arch), (ret, 0, 0, kill),  # another ABI (i386 via int 0x80)
+        (load_w, 0, 0, 0),
+        (jge, 0, 1, foreign_abi_base if foreign_abi_base is not None else 0xFFFFFFFF), (ret, 0, 0, kill),
+        (jeq, 3, 0, socket_nr),
+        (jeq, 0, 1, _SYS_IO_URING_SETUP), (ret, 0, 0, deny),
+        (ret, 0, 0, allow),
+        # socket(family, …): internet families pass only when the network is allowed
+        (load_w, 0, 0, 16),
+        (jeq, 2, 0, _AF_INET if not isolate_network else 0xFFFFFFFF),
+        (jeq, 1, 0, _AF_INET6 if not isolate_network else 0xFFFFFFFF),
+        (ret, 0, 0, deny),
+        (ret, 0, 0, allow),
+    ]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*instruction) for instruction in program])
+    fprog = _SockFprog(len(program), filters)
+    try:
+        _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+    except OSError as error:
+        raise SetupFailed(f"seccomp filter: {error}") from error
 
 
 def _apply_resource_limits(spec: BootSpec, tasks_already_charged: int) -> None:
@@ -253,8 +326,7 @@ def _drop_capabilities() -> None:
         last_cap = int(last.read())
     # Bounding set first: an exec by (namespace) root would otherwise regain every capability.
     for cap in range(last_cap + 1):
-        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
-            raise SetupFailed(f"dropping capability {cap} from the bounding set: {os.strerror(ctypes.get_errno())}")
+        _prctl(_PR_CAPBSET_DROP, cap)
     header = _CapHeader(version=_LINUX_CAPABILITY_VERSION_3, pid=0)
     data = (_CapData * 2)()
     if _libc.capset(ctypes.byref(header), data) != 0:
@@ -265,24 +337,43 @@ def _program_environment(workdir: str) -> dict[str, str]:
     return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8"}
 
 
-def _lock_down_and_exec(spec: BootSpec, inside_namespaces: bool) -> None:
+def _lock_down(spec: BootSpec, inside_namespaces: bool) -> None:
     if inside_namespaces:
         # Charged to our real uid in this user namespace: `unshare` (outside the PID namespace) and us.
-        tasks_already_charged = 1
+        tasks_already_charged = 2
         _raise_oom_score()
         _make_filesystem_read_only(spec.workdir, spec.workdir_bytes)
     else:
-        tasks_already_charged = _tasks_of_real_uid(os.getuid()) - 1  # minus ourselves: max_processes counts us
+        tasks_already_charged = _tasks_of_real_uid(os.getuid())  # ourselves included
         _raise_oom_score()
+    # No exec may gain privileges (setuid binaries, file capabilities); Landlock and seccomp need it.
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     if spec.landlock:
         _apply_landlock(spec.workdir, spec.isolate_network)
+    if spec.seccomp:
+        _apply_seccomp(spec.isolate_network)
     _apply_resource_limits(spec, tasks_already_charged)
     _drop_capabilities()
     os.chdir(spec.workdir)
-    if spec.program is None:
-        return
-    argv = [sys.executable, "-I", "-B", spec.program]
-    os.execve(sys.executable, argv, _program_environment(spec.workdir))
+
+
+def _run_program(spec: BootSpec) -> int:
+    """Fork and exec the program, wait for it (reaping orphans meanwhile), report its wait status."""
+    program_pid = os.fork()
+    if program_pid == 0:
+        try:
+            os.close(spec.status_fd)
+            argv = [sys.executable, "-I", "-B", spec.program]
+            os.execve(sys.executable, argv, _program_environment(spec.workdir))
+        finally:
+            os._exit(127)  # exec failed
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == program_pid:
+            break
+    os.write(spec.status_fd, f"{status}\n".encode())
+    exit_code = os.waitstatus_to_exitcode(status)
+    return exit_code if exit_code >= 0 else 128 - exit_code
 
 
 def main(argv: list[str]) -> int:
@@ -295,11 +386,11 @@ def main(argv: list[str]) -> int:
             command = [*spec.unshare_command, "--", sys.executable, "-I", os.path.abspath(__file__), argv[1],
                        INSIDE_NAMESPACES_FLAG]
             os.execv(command[0], command)
-        _lock_down_and_exec(spec, inside_namespaces)
+        _lock_down(spec, inside_namespaces)
     except (SetupFailed, OSError) as error:
         print(f"{SETUP_FAILED_MARKER} {error}", file=sys.stderr, flush=True)
         return SETUP_FAILED_EXIT
-    return 0  # probe: everything set up
+    return _run_program(spec)
 
 
 if __name__ == "__main__":

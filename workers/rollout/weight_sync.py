@@ -4,10 +4,11 @@ Two routes, one vLLM call at the end (``model_runner.reload_weights``):
 
 - in-process engine (CPU, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the engine hands tensors straight to
   its only worker (``RolloutEngine.update_weights``);
-- engine with worker processes (CUDA, tensor parallel): ``collective_rpc`` pickles its arguments, and
-  tensors do not survive that (their storage is a memoryview), so the state dict travels as buckets of
-  raw bytes to :class:`WeightSyncExtension`, which vLLM mixes into every worker (``worker_extension_cls``).
-  Each worker stages the buckets and reloads once all have arrived.
+- engine with worker processes (CUDA, tensor parallel, or CPU with multiprocessing on): ``collective_rpc``
+  serialises its arguments twice, and tensors do not survive the second hop (the engine core decodes them
+  onto a memoryview, which cannot be pickled for the workers). So the state dict travels as buckets of raw
+  bytes to :class:`WeightSyncExtension`, which vLLM mixes into every worker (``worker_extension_cls``);
+  each worker stages the buckets and reloads once all have arrived.
 
 Reloading must see the whole state dict in one call: vLLM rebuilds each layer from the weights it is
 given, and a fused layer (qkv_proj, gate_up_proj) given only some of its parts would be left half empty.
@@ -16,8 +17,7 @@ given, and a fused layer (qkv_proj, gate_up_proj) given only some of its parts w
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -28,41 +28,40 @@ WORKER_EXTENSION_CLASS = "workers.rollout.weight_sync.WeightSyncExtension"
 DEFAULT_BUCKET_BYTES = 256 * 1024**2
 
 
-@dataclass(frozen=True)
-class SerializedTensor:
-    """A tensor as plain picklable data: its bytes plus what is needed to rebuild it."""
+# A tensor as builtin types only: (name, dtype name such as "bfloat16", shape, raw bytes). The request
+# crosses msgpack (client → engine core) and pickle (engine core → workers); msgpack turns dataclasses
+# into dicts and tuples into lists, so nothing richer survives both hops.
+WireTensor = tuple[str, str, list[int], bytes]
 
-    name: str
-    dtype: str  # torch dtype name without the "torch." prefix, e.g. "bfloat16"
-    shape: tuple[int, ...]
-    data: bytes
 
-    @classmethod
-    def from_tensor(cls, name: str, tensor: torch.Tensor) -> SerializedTensor:
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        # Through uint8 because numpy has no bfloat16.
-        data = flat.view(torch.uint8).numpy().tobytes()
-        return cls(name, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), data)
+def tensor_to_wire(name: str, tensor: torch.Tensor) -> WireTensor:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    # Through uint8 because numpy has no bfloat16.
+    data = flat.view(torch.uint8).numpy().tobytes()
+    return name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), data
 
-    def to_tensor(self) -> torch.Tensor:
-        raw = torch.frombuffer(bytearray(self.data), dtype=torch.uint8)
-        return raw.view(getattr(torch, self.dtype)).reshape(self.shape)
+
+def tensor_from_wire(item: Sequence[Any]) -> tuple[str, torch.Tensor]:
+    name, dtype, shape, data = item
+    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return name, raw.view(getattr(torch, dtype)).reshape(shape)
 
 
 def pack_weight_buckets(
     named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES
-) -> list[list[SerializedTensor]]:
-    """Group serialized tensors into buckets of at most ``bucket_bytes`` (a larger tensor gets its own)."""
-    buckets: list[list[SerializedTensor]] = []
-    current: list[SerializedTensor] = []
+) -> list[list[WireTensor]]:
+    """Group wire tensors into buckets of at most ``bucket_bytes`` (a larger tensor travels alone)."""
+    buckets: list[list[WireTensor]] = []
+    current: list[WireTensor] = []
     current_bytes = 0
     for name, tensor in named_tensors:
-        serialized = SerializedTensor.from_tensor(name, tensor)
-        if current and current_bytes + len(serialized.data) > bucket_bytes:
+        wire = tensor_to_wire(name, tensor)
+        size = len(wire[3])
+        if current and current_bytes + size > bucket_bytes:
             buckets.append(current)
             current, current_bytes = [], 0
-        current.append(serialized)
-        current_bytes += len(serialized.data)
+        current.append(wire)
+        current_bytes += size
     if current:
         buckets.append(current)
     return buckets
@@ -84,9 +83,9 @@ class WeightSyncExtension:
     to stay clear of the worker's own.
     """
 
-    def receive_weight_bucket(self, bucket: list[SerializedTensor]) -> int:
+    def receive_weight_bucket(self, bucket: list[Sequence[Any]]) -> int:
         staged: list[tuple[str, torch.Tensor]] = self.__dict__.setdefault("_gmts_staged_weights", [])
-        staged.extend((item.name, item.to_tensor()) for item in bucket)
+        staged.extend(tensor_from_wire(item) for item in bucket)
         return len(staged)
 
     def apply_staged_weights(self) -> int:

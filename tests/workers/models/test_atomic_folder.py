@@ -48,3 +48,9 @@ def test_failed_build_leaves_neither_target_nor_temporary_folder(tmp_path: Path)
         build_folder_once(target, failing_build)
     assert not target.exists()
     assert _leftovers(tmp_path) == []
+
+
+def test_folder_and_files_get_ordinary_permissions(tmp_path: Path):
+    target = build_folder_once(tmp_path / "model", _write("weights"))
+    assert target.stat().st_mode & 0o755 == 0o755
+    assert (target / "weights.txt").stat().st_mode & 0o644 == 0o644

@@ -1,0 +1,258 @@
+"""The control plane's behaviour, free of HTTP: submit, reconcile with Ray, cancel, report.
+
+Status is Ray's: a record is settled from the Ray job of its submission id (on start-up for every
+unfinished record, on every read of an unfinished one). When a job ends, MLflow runs it left open are
+closed — KILLED after a cancel (or any ``ray job stop``), FAILED after a crash — so that the MLflow UI
+never shows a dead sweep as running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from api.ray_jobs import RAY_TO_STATUS, JobNotFound, JobsBackend, JobState, RayUnavailable
+from api.settings import ApiSettings
+from api.store import DuplicateIdempotencyKey, Kind, Submission, SubmissionStore
+from api.submissions import PreparedJob, output_dir, prepare_run, prepare_sweep
+from api.tracking import RunLocation, TrackingView, TrialCounts
+from sweeps.spec import BaseExperiment, SweepSpec
+
+logger = logging.getLogger(__name__)
+
+ID_PREFIX = {"sweep": "sw", "run": "run"}
+# A record whose job Ray does not know is only declared lost after this long: the record is written
+# just before the job is submitted, so a read in between must not fail it.
+SUBMIT_GRACE_S = 60.0
+CANCEL_POLL_S = 0.5
+
+
+class NotFound(Exception):
+    pass
+
+
+class Conflict(Exception):
+    """The request contradicts the record's state (cancel a finished sweep, reuse a key …)."""
+
+
+class IdempotencyKeyReused(Exception):
+    """The Idempotency-Key was used before with a different body (422, as the IETF draft says)."""
+
+
+class Unavailable(Exception):
+    """A dependency (Ray, MLflow, sweeps.report) is not there; 503."""
+
+
+@dataclass
+class View:
+    """A record plus what MLflow says about it, for a response."""
+
+    record: Submission
+    location: RunLocation | None
+    trials: TrialCounts
+    ui_url: str | None
+    warnings: list[str]
+
+
+class ControlPlane:
+    def __init__(self, settings: ApiSettings, jobs: JobsBackend, tracking: TrackingView) -> None:
+        self.settings = settings
+        self.jobs = jobs
+        self.tracking = tracking
+        # Owner-only: the records and job files hold what users submitted.
+        settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.job_dir = settings.state_dir / "jobs"
+        self.job_dir.mkdir(exist_ok=True, mode=0o700)
+        self.store = SubmissionStore(settings.state_dir / "api.db")
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- submit ---------------------------------------------------------------------------------
+
+    def submit(self, kind: Kind, body: SweepSpec | BaseExperiment, idempotency_key: str | None) -> tuple[Submission, bool]:
+        """(record, replayed): replayed when the idempotency key already created this submission."""
+        request_json = json.dumps(body.model_dump(mode="json"), sort_keys=True)
+        request_hash = hashlib.sha256(request_json.encode()).hexdigest()
+        if idempotency_key is not None:
+            existing = self.store.by_idempotency_key(kind, idempotency_key)
+            if existing is not None:
+                return self._replay(existing, request_hash), True
+        api_id = f"{ID_PREFIX[kind]}-{secrets.token_hex(8)}"
+        prepared = prepare_sweep(body, self.settings, api_id) if kind == "sweep" else prepare_run(body, self.settings, api_id)
+        job_file = self._write_job_file(api_id, prepared)
+        now = time.time()
+        record = Submission(
+            id=api_id, kind=kind, name=prepared.name, status="pending", ray_submission_id=f"gmts-{api_id}",
+            request_hash=request_hash, request_json=request_json, job_file=str(job_file),
+            experiment=prepared.experiment, trials_total=prepared.trials_total, created_at=now, updated_at=now,
+            idempotency_key=idempotency_key,
+        )
+        try:
+            self.store.insert(record)
+        except DuplicateIdempotencyKey as duplicate:  # a concurrent POST with the same key won the race
+            job_file.unlink(missing_ok=True)
+            return self._replay(duplicate.existing, request_hash), True
+        try:
+            self.jobs.submit(
+                record.ray_submission_id,
+                prepared.entrypoint(kind, job_file, output_dir(self.settings, api_id)),
+                env_vars=self._job_env(api_id),
+                metadata={"gmts.api_id": api_id, "gmts.kind": kind, "gmts.name": prepared.name},
+            )
+        except RayUnavailable as exc:
+            # Not submitted: forget it, so that a retry with the same idempotency key starts afresh.
+            self.store.delete(record.id)
+            job_file.unlink(missing_ok=True)
+            raise Unavailable(str(exc)) from None
+        logger.info("submitted %s %s (%s) as Ray job %s", kind, api_id, prepared.name, record.ray_submission_id)
+        return record, False
+
+    @staticmethod
+    def _replay(existing: Submission, request_hash: str) -> Submission:
+        if existing.request_hash != request_hash:
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {existing.idempotency_key!r} was used for a different request body "
+                f"(it created {existing.kind} {existing.id}); use a new key"
+            )
+        return existing
+
+    def _write_job_file(self, api_id: str, prepared: PreparedJob) -> Path:
+        path = self.job_dir / f"{api_id}.yaml"
+        tmp = path.with_suffix(".tmp")
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as file:
+            file.write(prepared.job_yaml)
+        os.replace(tmp, path)
+        return path
+
+    def _job_env(self, api_id: str) -> dict[str, str]:
+        env = {"MLFLOW_TRACKING_URI": self.settings.tracking_uri(), "GMTS_API_ID": api_id}
+        if self.settings.job_pythonpath:
+            env["PYTHONPATH"] = self.settings.job_pythonpath
+        return env
+
+    # -- reconcile with Ray ---------------------------------------------------------------------
+
+    def get(self, kind: Kind, api_id: str) -> Submission:
+        record = self.store.get(kind, api_id)
+        if record is None:
+            raise NotFound(f"no {kind} with id {api_id!r}")
+        return record
+
+    def refresh(self, record: Submission) -> Submission:
+        """Bring an unfinished record up to date with Ray (Ray unreachable: left as it is)."""
+        if record.finished:
+            return record
+        try:
+            state = self.jobs.state(record.ray_submission_id)
+        except JobNotFound:
+            state = None
+        except RayUnavailable as exc:
+            logger.warning("cannot refresh %s: %s", record.id, exc)
+            return record
+        return self._settle(record, state)
+
+    def reconcile_all(self) -> int:
+        """Settle every unfinished record against one listing of Ray's jobs; the count changed."""
+        unfinished = self.store.unfinished()
+        if not unfinished:
+            return 0
+        states = self.jobs.states()
+        changed = 0
+        for record in unfinished:
+            updated = self._settle(record, states.get(record.ray_submission_id))
+            changed += updated.status != record.status
+        return changed
+
+    def _settle(self, record: Submission, state: JobState | None) -> Submission:
+        if state is None:
+            if time.time() - record.created_at < SUBMIT_GRACE_S:
+                return record
+            return self._finish(record, "failed", None, f"Ray has no job {record.ray_submission_id} "
+                                "(the cluster was replaced, or the submission never reached it)")
+        status = RAY_TO_STATUS.get(state.status, record.status)
+        if status in ("succeeded", "failed", "cancelled"):
+            return self._finish(record, status, state.status, state.message)
+        if status != record.status or state.status != record.ray_status:
+            return self.store.update(record, status=status, ray_status=state.status, message=state.message)
+        return record
+
+    def _finish(self, record: Submission, status: str, ray_status: str | None, message: str) -> Submission:
+        """Terminal: close the MLflow runs the job left open, then store the status (so that a crash in
+        between is retried by the next reconciliation)."""
+        if status in ("cancelled", "failed"):
+            try:
+                location = self.tracking.locate(record)
+                if location is not None:
+                    closed = self.tracking.close_runs(location, "KILLED" if status == "cancelled" else "FAILED",
+                                                      force_parent=status == "cancelled")
+                    logger.info("%s %s: marked %d MLflow run(s) %s", record.kind, record.id, closed, status)
+            except Exception as exc:  # MLflow down: the status is still Ray's truth; log and go on
+                logger.warning("could not close the MLflow runs of %s: %s", record.id, exc)
+        logger.info("%s %s is %s (%s)", record.kind, record.id, status, message)
+        return self.store.update(record, status=status, ray_status=ray_status, message=message)
+
+    # -- cancel ---------------------------------------------------------------------------------
+
+    def cancel(self, record: Submission) -> Submission:
+        record = self.refresh(record)
+        if record.finished:
+            raise Conflict(f"{record.kind} {record.id} already {record.status}; nothing to cancel")
+        record = self.store.update(record, cancel_requested=True)
+        try:
+            self.jobs.stop(record.ray_submission_id)
+        except JobNotFound:
+            return self._settle(record, None)
+        except RayUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+        deadline = time.monotonic() + self.settings.cancel_wait_s
+        while True:
+            record = self.refresh(record)
+            if record.finished or time.monotonic() >= deadline:
+                return record
+            time.sleep(CANCEL_POLL_S)
+
+    # -- views ----------------------------------------------------------------------------------
+
+    def view(self, record: Submission) -> View:
+        warnings: list[str] = []
+        location = None
+        try:
+            location = self.tracking.locate(record)
+            if location is not None and location.exact and record.mlflow_run_id != location.run_id:
+                record = self.store.update(record, mlflow_run_id=location.run_id)
+        except Exception as exc:
+            warnings.append(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__}); progress unknown")
+        trials = self.tracking.trial_counts(location, record.trials_total)
+        ui_url = self.tracking.run_link(location) if location else None
+        return View(record, location, trials, ui_url, warnings)
+
+    def results(self, record: Submission) -> tuple[Submission, str, dict[str, Any]]:
+        try:
+            location = self.tracking.locate(record)
+        except Exception as exc:
+            raise Unavailable(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__})") from None
+        if location is None:
+            raise Conflict(f"sweep {record.id} ({record.status}) has no MLflow parent run yet; try when it runs")
+        try:
+            return record, location.run_id, self.tracking.ablation_results(location.run_id)
+        except ImportError as exc:
+            raise Unavailable(f"the ablation report is not available on this server ({exc})") from None
+
+    def logs(self, record: Submission, tail: int) -> tuple[list[str], bool]:
+        try:
+            text = self.jobs.logs(record.ray_submission_id)
+        except JobNotFound:
+            raise NotFound(f"Ray has no job {record.ray_submission_id} (and so no log)") from None
+        except RayUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+        lines = text.splitlines()
+        return lines[-tail:], len(lines) > tail
+

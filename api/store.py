@@ -1,0 +1,160 @@
+"""SQLite records of every submitted sweep and run: what was asked, its Ray submission id, its status.
+
+The record is written before the Ray job is submitted, under a submission id chosen here, so that a
+crash between the two leaves a record that start-up reconciliation can settle (Ray either has a job
+of that id or never got one). ``(kind, idempotency_key)`` is unique: two POSTs with the same key
+race on one INSERT and exactly one of them creates the sweep.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Literal
+
+Kind = Literal["sweep", "run"]
+Status = Literal["pending", "running", "succeeded", "failed", "cancelled"]
+TERMINAL: tuple[str, ...] = ("succeeded", "failed", "cancelled")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS submissions (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    status TEXT NOT NULL,
+    ray_submission_id TEXT NOT NULL UNIQUE,
+    ray_status TEXT,
+    message TEXT NOT NULL DEFAULT '',
+    idempotency_key TEXT,
+    request_hash TEXT NOT NULL,
+    request_json TEXT NOT NULL,
+    job_file TEXT NOT NULL,
+    experiment TEXT NOT NULL,
+    trials_total INTEGER NOT NULL,
+    mlflow_run_id TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    UNIQUE (kind, idempotency_key)
+);
+CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status);
+"""
+
+
+@dataclass(frozen=True)
+class Submission:
+    id: str
+    kind: Kind
+    name: str
+    status: Status
+    ray_submission_id: str
+    request_hash: str
+    request_json: str
+    job_file: str
+    experiment: str
+    trials_total: int
+    created_at: float
+    updated_at: float
+    ray_status: str | None = None
+    message: str = ""
+    idempotency_key: str | None = None
+    mlflow_run_id: str | None = None  # the sweep's parent run, or the single run's own run
+    cancel_requested: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL
+
+
+class DuplicateIdempotencyKey(Exception):
+    def __init__(self, existing: Submission) -> None:
+        super().__init__(existing.id)
+        self.existing = existing
+
+
+class SubmissionStore:
+    """One SQLite file; a lock serialises writers from FastAPI's thread pool."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def insert(self, record: Submission) -> Submission:
+        """Insert, or raise DuplicateIdempotencyKey carrying the record that owns the key."""
+        columns = [f.name for f in fields(Submission)]
+        values = [getattr(record, name) for name in columns]
+        with self._lock:
+            try:
+                self._db.execute(
+                    f"INSERT INTO submissions ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
+                    values,
+                )
+                return record
+            except sqlite3.IntegrityError:
+                row = self._db.execute(
+                    "SELECT * FROM submissions WHERE kind = ? AND idempotency_key = ?",
+                    (record.kind, record.idempotency_key),
+                ).fetchone()
+                if row is None:
+                    raise
+        raise DuplicateIdempotencyKey(_record(row))
+
+    def get(self, kind: Kind, submission_id: str) -> Submission | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM submissions WHERE kind = ? AND id = ?", (kind, submission_id)
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def by_idempotency_key(self, kind: Kind, key: str) -> Submission | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT * FROM submissions WHERE kind = ? AND idempotency_key = ?", (kind, key)
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def delete(self, submission_id: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM submissions WHERE id = ?", (submission_id,))
+
+    def list(self, kind: Kind, limit: int = 100, status: str | None = None) -> list[Submission]:
+        query, args = "SELECT * FROM submissions WHERE kind = ?", [kind]
+        if status is not None:
+            query, args = query + " AND status = ?", args + [status]
+        with self._lock:
+            rows = self._db.execute(query + " ORDER BY created_at DESC LIMIT ?", (*args, limit)).fetchall()
+        return [_record(row) for row in rows]
+
+    def unfinished(self) -> list[Submission]:
+        marks = ", ".join("?" for _ in TERMINAL)
+        with self._lock:
+            rows = self._db.execute(f"SELECT * FROM submissions WHERE status NOT IN ({marks})", TERMINAL).fetchall()
+        return [_record(row) for row in rows]
+
+    def update(self, record: Submission, **changes: object) -> Submission:
+        updated = replace(record, **changes, updated_at=time.time())
+        assignments = ", ".join(f"{name} = ?" for name in changes)
+        with self._lock:
+            self._db.execute(
+                f"UPDATE submissions SET {assignments}, updated_at = ? WHERE id = ?",
+                (*changes.values(), updated.updated_at, record.id),
+            )
+        return updated
+
+
+def _record(row: sqlite3.Row) -> Submission:
+    data = dict(row)
+    data["cancel_requested"] = bool(data["cancel_requested"])
+    return Submission(**data)

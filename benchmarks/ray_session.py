@@ -1,0 +1,19 @@
+"""An embedded Ray for the benchmarks that need one (always ``ray.shutdown()`` it in a ``finally``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_local_ray(num_cpus: int | None = None) -> None:
+    """``ray.init`` on this machine's cores; actors import the project from this checkout."""
+    import ray
+
+    from orchestrator.cluster import ACTOR_ENV
+
+    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": python_path, **ACTOR_ENV}})

@@ -1,0 +1,92 @@
+"""Selection at the training-run level: step time with method none vs ets vs gmts vs gmts_exact.
+
+A few RL steps of ``train()`` on cpu-tiny-s per method (ρ = 0.2, the preset's scope), methods
+interleaved run by run and the order rotated every round. Each run's first step is dropped (one-time
+costs); figures are medians over the remaining steps of all rounds, as ratios to method ``none``:
+the whole step (``time/step``), the learner's update (``time/train_step_s``), and the learner's
+selection-and-loss phase as a share of its update.
+
+The released GMTS code's way (an extra no-grad forward per mini-batch) is not a mode of our loop;
+its step is estimated as our gmts step plus the learner's measured forward time (``time/forward_s``,
+a forward *with* autograd, so the estimate is on the high side) — the exact side-by-side figure is
+in ``selection_overhead``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from benchmarks.ray_session import start_local_ray
+from benchmarks.report import BenchmarkResult, Figure
+from benchmarks.training_runs import LoopRun, require_loop, run_loop
+
+METHODS = ("none", "ets", "gmts", "gmts_exact")
+PRESET = "cpu-tiny-s"
+LEARNER_KEYS = ("time/train_step_s", "time/forward_s", "time/selection_and_loss_s", "time/backward_s")
+
+
+def settings_for(smoke: bool) -> dict:
+    common = ["data.eval.arithmetic.limit=32", "selection.ratio=0.2"]
+    if smoke:
+        return {"steps": 2, "rounds": 1, "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8",
+                                                               "learner.mini_batch_size=64",
+                                                               "learner.micro_batch_size=64"]}
+    return {"steps": 8, "rounds": 2, "overrides": common}
+
+
+def run(smoke: bool) -> dict:
+    require_loop()
+    import ray
+
+    cfg = settings_for(smoke)
+    runs: dict[str, list[LoopRun]] = defaultdict(list)
+    start_local_ray()
+    try:
+        for round_index in range(cfg["rounds"]):
+            shift = round_index % len(METHODS)
+            for method in METHODS[shift:] + METHODS[:shift]:
+                overrides = cfg["overrides"] + [f"selection.method={method}"]
+                if method == "none":
+                    overrides = [o for o in overrides if not o.startswith("selection.ratio")]
+                runs[method].append(run_loop(PRESET, overrides, cfg["steps"]))
+    finally:
+        ray.shutdown()
+
+    steps = {m: _pooled(runs[m], "time/step") for m in METHODS}
+    learner = {m: _pooled(runs[m], "time/train_step_s") for m in METHODS}
+    sel_loss = {m: _pooled(runs[m], "time/selection_and_loss_s") for m in METHODS}
+    forward = {m: _pooled(runs[m], "time/forward_s") for m in METHODS}
+    med = lambda values: statistics.median(values) if values else None  # noqa: E731
+    figures: list[Figure] = []
+    for method in METHODS[1:]:
+        figures.append(Figure(f"step time {method} / none", _ratio(med(steps[method]), med(steps["none"])), "×",
+                              f"{med(steps[method]):.3f} s vs {med(steps['none']):.3f} s (time/step)"))
+    for method in METHODS[1:]:
+        figures.append(Figure(f"learner update {method} / none", _ratio(med(learner[method]), med(learner["none"])),
+                              "×", "time/train_step_s"))
+    for method in METHODS:
+        share = _ratio(med(sel_loss[method]), med(learner[method]))
+        figures.append(Figure(f"{method}: selection+loss share of the learner update",
+                              None if share is None else 100 * share, "%", "time/selection_and_loss_s"))
+    gmts_step, gmts_forward = med(steps["gmts"]), med(forward["gmts"])
+    if gmts_step and gmts_forward is not None:
+        figures.append(Figure("released-way step (estimated) / our gmts step", (gmts_step + gmts_forward) / gmts_step,
+                              "×", "our gmts step + one more forward (time/forward_s) per mini-batch"))
+    return BenchmarkResult(
+        title="step time by selection method in train() (cpu-tiny-s)",
+        settings={"preset": PRESET, "methods": list(METHODS), "steps_per_run": cfg["steps"],
+                  "rounds": cfg["rounds"], "overrides": cfg["overrides"],
+                  "steady_steps_per_method": {m: len(steps[m]) for m in METHODS}},
+        figures=figures,
+        measurements={m: [run.breakdown() for run in runs[m]] for m in METHODS},
+        notes=["each run's first step is dropped; medians pool the remaining steps of every round."],
+    ).as_dict()
+
+
+def _pooled(runs: list[LoopRun], key: str) -> list[float]:
+    return [step[key] for run in runs for step in run.steady_steps() if key in step]
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b

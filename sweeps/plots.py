@@ -1,0 +1,130 @@
+"""The sweep's figures (PNG, matplotlib's Agg backend: no display needed).
+
+- accuracy vs selection ratio, one panel per benchmark × mode (top / bottom), a line per method
+  (mean ± std over seeds) and the full-token baseline as a dashed line;
+- learning curves: per-step training metrics, mean over seeds, one line per method/mode/ratio;
+- entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch, with the
+  within-answer Spearman correlation (the paper's motivating figure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+from matplotlib.colors import to_rgb  # noqa: E402
+
+from sweeps.ablation import AblationResults, method_rank  # noqa: E402
+
+METHOD_COLORS = {"none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange", "random": "tab:green"}
+MODES = ("top", "bottom")
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One learning curve: a per-step metric averaged over the seeds of one grid point."""
+
+    model_size: str
+    algorithm: str
+    method: str
+    mode: str | None
+    ratio: float | None
+    metric: str
+    steps: list[int]
+    values: list[float]
+
+    @property
+    def label(self) -> str:
+        return self.method if self.ratio is None else f"{self.method} {self.mode} {self.ratio:g}"
+
+
+def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "accuracy") -> list[Path]:
+    cells = [c for c in results.cells if c.metric == metric]
+    sections = sorted({(c.model_size, c.algorithm) for c in cells})
+    paths = []
+    for model_size, algorithm in sections:
+        mine = [c for c in cells if (c.model_size, c.algorithm) == (model_size, algorithm)]
+        benchmarks = sorted({c.benchmark for c in mine})
+        fig, axes = plt.subplots(len(benchmarks), 2, figsize=(10, 3.6 * len(benchmarks)), squeeze=False)
+        for row, benchmark in enumerate(benchmarks):
+            for col, mode in enumerate(MODES):
+                ax = axes[row][col]
+                for cell in (c for c in mine if c.benchmark == benchmark and c.method == "none"):
+                    ax.axhline(cell.mean, color=METHOD_COLORS["none"], linestyle="--", label="none (all tokens)")
+                methods = sorted({c.method for c in mine if c.mode == mode and c.ratio is not None}, key=method_rank)
+                for method in methods:
+                    points = sorted(
+                        (c for c in mine if (c.benchmark, c.method, c.mode) == (benchmark, method, mode)),
+                        key=lambda c: c.ratio,
+                    )
+                    ax.errorbar(
+                        [c.ratio for c in points], [c.mean for c in points], yerr=[c.std or 0.0 for c in points],
+                        marker="o", capsize=3, color=METHOD_COLORS.get(method), label=method,
+                    )
+                ax.set_title(f"{benchmark} — {mode} ρ")
+                ax.set_xlabel("selection ratio ρ")
+                ax.set_ylabel(metric)
+                ax.set_xlim(0, 1)
+                ax.grid(alpha=0.3)
+                if ax.has_data():
+                    ax.legend(fontsize=8)
+        fig.suptitle(f"{metric} vs selection ratio — model {model_size}, {algorithm} (mean ± std over seeds)")
+        fig.tight_layout()
+        suffix = "" if len(sections) == 1 else f"_{model_size}_{algorithm}"
+        paths.append(_save(fig, folder / f"accuracy_vs_ratio{suffix}.png"))
+    return paths
+
+
+def learning_curves(curves: list[Curve], path: Path) -> Path | None:
+    if not curves:
+        return None
+    sections = sorted({(c.model_size, c.algorithm) for c in curves})
+    metrics = sorted({c.metric for c in curves})
+    fig, axes = plt.subplots(len(sections), len(metrics), figsize=(6 * len(metrics), 3.8 * len(sections)), squeeze=False)
+    for row, section in enumerate(sections):
+        for col, metric in enumerate(metrics):
+            ax = axes[row][col]
+            mine = [c for c in curves if (c.model_size, c.algorithm) == section and c.metric == metric]
+            for curve in sorted(mine, key=lambda c: (method_rank(c.method), c.mode or "", c.ratio or 0.0)):
+                style = "--" if curve.mode == "bottom" else "-"
+                ratios = sorted({c.ratio or 0.0 for c in mine if c.method == curve.method})
+                color = _shade(METHOD_COLORS.get(curve.method, "k"), ratios.index(curve.ratio or 0.0), len(ratios))
+                ax.plot(curve.steps, curve.values, style, color=color, label=curve.label)
+            ax.set_title(f"{metric} — model {section[0]}, {section[1]}")
+            ax.set_xlabel("RL step")
+            ax.set_ylabel(metric)
+            ax.grid(alpha=0.3)
+            if mine:
+                ax.legend(fontsize=7)
+    fig.suptitle("Learning curves (mean over seeds)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], spearman: float, path: Path, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 5))
+    ax.scatter(entropy, grad_norm, s=6, alpha=0.4, color="tab:purple", edgecolors="none")
+    ax.set_xlabel("token entropy H")
+    ax.set_ylabel("gradient norm G = ‖e_o − p‖₂")
+    ax.set_title(f"{title}\nwithin-answer Spearman ρ = {spearman:.3f} ({len(entropy)} tokens)")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _shade(color: str, index: int, count: int) -> tuple[float, float, float]:
+    """The method's colour, lighter for each further ratio (darkest = smallest ratio)."""
+    mix = 0.0 if count <= 1 else 0.6 * index / (count - 1)
+    return tuple(c + (1.0 - c) * mix for c in to_rgb(color))  # type: ignore[return-value]
+
+
+def _save(fig: plt.Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

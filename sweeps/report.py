@@ -1,0 +1,208 @@
+"""The ablation report of a sweep, from MLflow alone (no Ray): table, plots, parent-run artifacts.
+
+    python -m sweeps.report SWEEP [--tracking-uri URI] [--metric accuracy] [--out-dir DIR] [--no-upload]
+
+SWEEP is a sweep id (``gmts.sweep_id`` tag), a spec name (its newest sweep) or the parent run id.
+The artifacts go to the parent run under ``ablation/``: ablation.csv (long, numeric), .md, .html,
+.json (the numbers of ``ablation_results``) and the PNG plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from pydantic import BaseModel, ValidationError, model_validator
+from rich.console import Console
+
+from sweeps import plots
+from sweeps.ablation import AblationResults, ablation
+from sweeps.results import SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
+from sweeps.table_views import WideTable, to_csv, to_html, to_markdown, to_rich, wide_tables
+from sweeps.tracking import default_tracking_uri
+
+logger = logging.getLogger(__name__)
+
+ARTIFACT_DIR = "ablation"
+TOKEN_STATS_ARTIFACT = "diagnostics/token_stats.json"
+CURVE_METRICS = ("reward/mean", "train/accuracy")
+
+
+class TokenStats(BaseModel):
+    """``diagnostics/token_stats.json`` of a trial run: one diagnostic batch, one list per answer."""
+
+    entropy: list[list[float]]  # per answer: H_t of each response token
+    grad_norm: list[list[float]]  # per answer: G_t = ‖e_o − p‖₂ of the same tokens
+    step: int | None = None
+
+    @model_validator(mode="after")
+    def _same_shapes(self) -> "TokenStats":
+        if [len(a) for a in self.entropy] != [len(a) for a in self.grad_norm]:
+            raise ValueError("grad_norm: must hold one value per token of entropy, answer by answer")
+        return self
+
+
+@dataclass
+class Report:
+    results: AblationResults
+    tables: list[WideTable]
+    folder: Path
+    files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def ablation_results(tracking_uri: str, parent_run_id: str) -> dict:
+    """The ablation cells of a sweep as JSON-able data (what ``GET /v1/sweeps/{id}/results`` serves)."""
+    client = MlflowClient(tracking_uri)
+    return ablation(read_sweep(client, client.get_run(parent_run_id))).model_dump(mode="json")
+
+
+def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str = "accuracy",
+                 upload: bool = True) -> Report:
+    """Write the table views and plots into ``folder`` and (``upload``) log them on the parent run."""
+    runs = read_sweep(client, parent)
+    results = ablation(runs)
+    tables = wide_tables(results, metric)
+    report = Report(results, tables, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    views = {
+        "ablation.csv": to_csv(results),
+        "ablation.md": to_markdown(results, tables),
+        "ablation.html": to_html(results, tables),
+        "ablation.json": results.model_dump_json(indent=2),
+    }
+    for name, text in views.items():
+        (folder / name).write_text(text)
+        report.files.append(folder / name)
+    report.files += plots.accuracy_vs_ratio(results, folder, metric)
+    curves = plots.learning_curves(learning_curves(client, runs), folder / "learning_curves.png")
+    if curves is not None:
+        report.files.append(curves)
+    else:
+        report.notes.append(f"learning curves: no finished trial logged any of {list(CURVE_METRICS)}")
+    report.files += _token_scatter(client, runs, folder, report.notes)
+    for note in report.notes:
+        logger.info("report: %s", note)
+    if upload:
+        if report.notes:
+            (folder / "notes.txt").write_text("\n".join(report.notes) + "\n")
+        client.log_artifacts(parent.info.run_id, str(folder), artifact_path=ARTIFACT_DIR)
+    return report
+
+
+def learning_curves(client: MlflowClient, runs: SweepRuns) -> list[plots.Curve]:
+    """Per grid point (seeds pooled) and metric: the mean value at each step over the seeds that logged it."""
+    pooled: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for trial in runs.trials:
+        p = trial.point
+        for metric in CURVE_METRICS:
+            for step, value in metric_history(client, trial.run_id, metric):
+                pooled[(p.model_size, p.algorithm, p.method, p.mode, p.ratio, metric)][step].append(value)
+    curves = []
+    for (model_size, algorithm, method, mode, ratio, metric), by_step in pooled.items():
+        steps = sorted(by_step)
+        values = [sum(by_step[s]) / len(by_step[s]) for s in steps]
+        curves.append(plots.Curve(model_size, algorithm, method, mode, ratio, metric, steps, values))
+    return curves
+
+
+def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]) -> list[Path]:
+    # Prefer a GMTS trial's batch (the paper's figure); any trial's batch shows the same relation.
+    for trial in sorted(runs.trials, key=lambda t: t.point.method not in ("gmts", "gmts_exact")):
+        listed = {a.path for a in client.list_artifacts(trial.run_id, TOKEN_STATS_ARTIFACT.rsplit("/", 1)[0])}
+        if TOKEN_STATS_ARTIFACT not in listed:
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            file = client.download_artifacts(trial.run_id, TOKEN_STATS_ARTIFACT, tmp)
+            try:
+                stats = TokenStats.model_validate_json(Path(file).read_text())
+            except ValidationError as exc:
+                notes.append(f"entropy-vs-G scatter: {trial.name}'s {TOKEN_STATS_ARTIFACT} is malformed: {exc}")
+                continue
+        title = f"{trial.name} ({trial.point.method})" + (f", step {stats.step}" if stats.step is not None else "")
+        path = plots.entropy_vs_gradnorm(
+            [h for answer in stats.entropy for h in answer],
+            [g for answer in stats.grad_norm for g in answer],
+            within_answer_spearman(stats),
+            folder / "entropy_vs_gradnorm.png",
+            title,
+        )
+        return [path]
+    notes.append(f"entropy-vs-G scatter skipped: no finished trial has {TOKEN_STATS_ARTIFACT}")
+    return []
+
+
+def within_answer_spearman(stats: TokenStats) -> float:
+    """The core's within-answer Spearman (the same number as ``selection/spearman_entropy_gradnorm``)."""
+    import torch  # only this figure needs it
+
+    from workers.learner.diagnostics import within_answer_spearman as spearman
+
+    width = max((len(a) for a in stats.entropy), default=0)
+    rows = len(stats.entropy)
+    entropy, grad_norm = torch.zeros(rows, width, dtype=torch.float64), torch.zeros(rows, width, dtype=torch.float64)
+    mask = torch.zeros(rows, width, dtype=torch.bool)
+    for i, (h, g) in enumerate(zip(stats.entropy, stats.grad_norm)):
+        entropy[i, : len(h)] = torch.tensor(h, dtype=torch.float64)
+        grad_norm[i, : len(g)] = torch.tensor(g, dtype=torch.float64)
+        mask[i, : len(h)] = True
+    return spearman(entropy, grad_norm, mask)
+
+
+def ui_command(tracking_uri: str) -> str:
+    """How to look at the runs: the MLflow UI over a local store, or the server's own address."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri}"
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+def print_report(report: Report, tracking_uri: str, console: Console) -> None:
+    for table in to_rich(report.results, report.tables):
+        console.print(table)
+    if not report.tables:
+        console.print("[yellow]No finished trial logged an eval metric: the table is empty.[/]")
+    for note in report.notes:
+        console.print(f"[dim]note: {note}[/]", soft_wrap=True)
+    parent = report.results.parent_run_id
+    console.print(f"Report: artifacts '{ARTIFACT_DIR}/' of parent run {parent}", soft_wrap=True)
+    console.print(f"MLflow UI: {ui_command(tracking_uri)}", soft_wrap=True, highlight=False)
+    console.print(f"  filter the children with:  tags.mlflow.parentRunId = '{parent}'", soft_wrap=True, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="sweep id, spec name (newest sweep) or parent run id")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or runs/mlflow.db)")
+    parser.add_argument("--metric", default="accuracy", help="eval metric of the table: accuracy, pass@k, …")
+    parser.add_argument("--out-dir", type=Path, help="keep the report files here (default: a temporary folder)")
+    parser.add_argument("--no-upload", action="store_true", help="do not log the files on the parent run")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(Path("runs"))
+    client = MlflowClient(tracking_uri)
+    console = Console()
+    try:
+        parent = find_parent(client, args.sweep)
+    except SweepNotFound as exc:
+        console.print(f"[red]{exc}[/] (tracking URI {tracking_uri})")
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gmts-report-") as tmp:
+        report = build_report(client, parent, args.out_dir or Path(tmp), metric=args.metric, upload=not args.no_upload)
+        print_report(report, tracking_uri, console)
+        if args.out_dir:
+            console.print(f"Report files: {args.out_dir}")
+    if args.metric not in report.results.metrics and report.results.metrics:
+        console.print(f"[yellow]metric {args.metric!r} not found; the sweep has {report.results.metrics}[/]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Read a sweep back from MLflow alone: its parent run, its trials' grid points and final metrics.
+
+A trial's grid point comes from the short params ``orchestrator.train`` logs on every run
+(``method, ratio, mode, model_size, algorithm, seed``), falling back to the flattened config keys.
+The full-token baseline (``method=none``) has no ratio and no mode, whatever its config says.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from mlflow import MlflowClient
+from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
+from pydantic import BaseModel, ConfigDict
+
+from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
+
+logger = logging.getLogger(__name__)
+
+# Grid param → the flattened-config keys that hold the same value, in order of preference.
+PARAM_SOURCES: dict[str, tuple[str, ...]] = {
+    "method": ("method", "selection.method"),
+    "ratio": ("ratio", "selection.ratio"),
+    "mode": ("mode", "selection.mode"),
+    "model_size": ("model_size", "model.size"),
+    "algorithm": ("algorithm", "algorithm.name"),
+    "seed": ("seed", "training.seed"),
+}
+EVAL_METRIC = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<metric>[^/]+)$")
+RUN_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class SweepNotFound(LookupError):
+    """No parent run matches the given sweep id, spec name or run id."""
+
+
+class TrialPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    method: str
+    ratio: float | None = None
+    mode: str | None = None
+    model_size: str = "-"
+    algorithm: str = "-"
+    seed: int | None = None
+
+
+class TrialRecord(BaseModel):
+    run_id: str
+    name: str  # the trial (tag gmts.trial) or, failing that, the run name
+    status: str
+    point: TrialPoint
+    final: dict[str, float]  # eval/<benchmark>/<metric> → the last logged value
+
+
+class SweepRuns(BaseModel):
+    parent_run_id: str
+    experiment_id: str
+    sweep_id: str
+    spec_name: str
+    trials: list[TrialRecord]  # finished trials, one per trial (duplicates resolved)
+    unfinished: list[TrialRecord]  # trials whose newest run did not finish (failed, killed, running)
+
+
+def find_parent(client: MlflowClient, sweep: str) -> Run:
+    """The parent run of ``sweep``: a run id, a sweep id (tag gmts.sweep_id) or a spec name (newest)."""
+    if RUN_ID.match(sweep):
+        try:
+            return client.get_run(sweep)
+        except MlflowException:
+            pass
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    for tag in (SWEEP_ID_TAG, SPEC_NAME_TAG):
+        runs = client.search_runs(
+            experiment_ids, filter_string=f"tags.`{tag}` = '{sweep}'", order_by=["attributes.start_time DESC"]
+        )
+        parents = [run for run in runs if PARENT_TAG not in run.data.tags]
+        if parents:
+            return parents[0]
+    raise SweepNotFound(f"sweep {sweep!r}: no parent run with that run id, {SWEEP_ID_TAG} or {SPEC_NAME_TAG} tag")
+
+
+def read_sweep(client: MlflowClient, parent: Run) -> SweepRuns:
+    experiment_id = parent.info.experiment_id
+    children = _search_all(client, experiment_id, f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
+    newest: dict[str, Run] = {}
+    # A trial restarted before its first checkpoint opens a second run; keep its finished one, else its newest.
+    for run in sorted(children, key=lambda r: (r.info.status == "FINISHED", r.info.start_time)):
+        newest[_trial_name(run)] = run
+    records = [_record(run) for run in newest.values()]
+    records.sort(key=lambda r: r.name)
+    return SweepRuns(
+        parent_run_id=parent.info.run_id,
+        experiment_id=experiment_id,
+        sweep_id=parent.data.tags.get(SWEEP_ID_TAG, parent.info.run_name or parent.info.run_id),
+        spec_name=parent.data.tags.get(SPEC_NAME_TAG, parent.data.params.get("spec_name", "")),
+        trials=[r for r in records if r.status == "FINISHED"],
+        unfinished=[r for r in records if r.status != "FINISHED"],
+    )
+
+
+def metric_history(client: MlflowClient, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((m.step, m.value) for m in client.get_metric_history(run_id, key))
+
+
+def _search_all(client: MlflowClient, experiment_id: str, filter_string: str) -> list[Run]:
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _trial_name(run: Run) -> str:
+    return run.data.tags.get(TRIAL_TAG) or run.info.run_name or run.info.run_id
+
+
+def _record(run: Run) -> TrialRecord:
+    final = {key: value for key, value in run.data.metrics.items() if EVAL_METRIC.match(key)}
+    return TrialRecord(
+        run_id=run.info.run_id, name=_trial_name(run), status=run.info.status, point=_point(run.data.params), final=final
+    )
+
+
+def _point(params: dict[str, str]) -> TrialPoint:
+    raw = {axis: next((params[k] for k in keys if k in params), None) for axis, keys in PARAM_SOURCES.items()}
+    method = raw["method"] or "none"
+    baseline = method == "none"
+    return TrialPoint(
+        method=method,
+        ratio=None if baseline or _is_null(raw["ratio"]) else float(raw["ratio"]),
+        mode=None if baseline or _is_null(raw["mode"]) else raw["mode"],
+        model_size=raw["model_size"] if not _is_null(raw["model_size"]) else "-",
+        algorithm=raw["algorithm"] if not _is_null(raw["algorithm"]) else "-",
+        seed=None if _is_null(raw["seed"]) else int(raw["seed"]),
+    )
+
+
+def _is_null(value: str | None) -> bool:
+    return value is None or value.strip() in ("", "None", "null")

@@ -1,0 +1,93 @@
+"""Run an ablation sweep with Ray Tune and report it in MLflow.
+
+    python -m sweeps.run SPEC [--set key=value …] [--resume [SWEEP_ID]] [--output-dir DIR] [--address ADDR]
+    ray job submit --working-dir . -- python -m sweeps.run SPEC …
+
+SPEC is a shipped spec name (``sweeps/specs/*.yaml``) or a YAML path; ``--set`` overrides fields of
+the spec (``--set max_concurrent_trials=2``, ``--set base.overrides.training.steps=5``,
+``--set 'grid.ratio=[0.1,0.5]'``). Exit status: 0 when every trial finished, 1 when any failed,
+2 when the spec is invalid (nothing was started), 3 when interrupted (Ctrl-C) with trials unfinished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from mlflow import MlflowClient
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.config_loader import ConfigError
+from sweeps.report import build_report, print_report
+from sweeps.runner import PreparedSweep, prepare_sweep, run_sweep
+from sweeps.spec import AXES, load_spec
+
+EXIT_TRIAL_FAILED = 1
+EXIT_BAD_SPEC = 2
+EXIT_INTERRUPTED = 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    console = Console()
+    try:
+        spec = load_spec(args.spec, args.set)
+        prepared = prepare_sweep(spec, args.output_dir, args.resume)
+    except ConfigError as exc:
+        console.print(f"[red]invalid sweep:[/] {exc}", highlight=False)
+        return EXIT_BAD_SPEC
+    _print_plan(prepared, console)
+    try:
+        outcome = run_sweep(prepared, spec, args.address)
+    except ConfigError as exc:  # the cluster cannot hold a trial: found after connecting, before any trial
+        console.print(f"[red]cannot run the sweep:[/] {exc}", highlight=False)
+        return EXIT_BAD_SPEC
+    client = MlflowClient(outcome.tracking_uri)
+    report = build_report(client, client.get_run(outcome.parent_run_id), prepared.layout.sweep_dir / "report")
+    print_report(report, outcome.tracking_uri, console)
+    if outcome.failed:
+        console.print(f"[red]{len(outcome.failed)} of {outcome.trials} trial(s) failed:[/] {', '.join(outcome.failed)}")
+    if outcome.unfinished:
+        console.print(f"[yellow]interrupted; {len(outcome.unfinished)} trial(s) unfinished:[/] {', '.join(outcome.unfinished)}")
+    if outcome.failed or outcome.unfinished:
+        command = ["python", "-m", "sweeps.run", args.spec, *(f"--set={item}" for item in args.set),
+                   f"--output-dir={args.output_dir}", f"--resume={outcome.sweep_id}"]
+        console.print(f"Rerun only the unfinished trials with: {shlex.join(command)}", highlight=False, soft_wrap=True)
+        return EXIT_TRIAL_FAILED if outcome.failed else EXIT_INTERRUPTED
+    console.print(f"[green]all {outcome.trials} trial(s) finished[/]")
+    return 0
+
+
+def _print_plan(prepared: PreparedSweep, console: Console) -> None:
+    verb = "resuming" if prepared.resume else "starting"
+    table = Table(title=f"{verb} sweep {prepared.record.sweep_id} ({len(prepared.trials)} trials)")
+    axes = [axis for axis in AXES if any(axis in t.point for t in prepared.trials)]
+    table.add_column("trial")
+    for axis in axes:
+        table.add_column(axis)
+    for trial in prepared.trials:
+        table.add_row(trial.name, *(str(trial.point.get(axis, "—")) for axis in axes))
+    console.print(table)
+    console.print(f"MLflow: {prepared.record.tracking_uri}   files: {prepared.layout.sweep_dir}", highlight=False)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.run", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="shipped spec name or YAML path")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field")
+    parser.add_argument(
+        "--resume", nargs="?", const=True, default=False, metavar="SWEEP_ID",
+        help="continue the newest interrupted sweep of SPEC (or SWEEP_ID): only unfinished trials rerun",
+    )
+    parser.add_argument("--output-dir", type=Path, default=Path("runs"), help="sweep folders and the default MLflow store")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

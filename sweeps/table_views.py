@@ -1,0 +1,136 @@
+"""Paper-style views of the ablation cells: CSV (long, numeric), Markdown, HTML and rich tables.
+
+Wide layout, one table per (model size, algorithm): rows = method × mode, columns = ratio ×
+benchmark, cells ``mean ± std (Δ)`` in percent. The full-token baseline (method ``none``) has no
+ratio: its numbers are repeated under every ratio, as the reference line of each column.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from sweeps.ablation import AblationResults, Cell, method_rank, mode_rank
+
+PERCENT = 100.0
+ALL_TOKENS = "all"
+
+
+@dataclass(frozen=True)
+class WideTable:
+    model_size: str
+    algorithm: str
+    metric: str
+    columns: list[tuple[str, str]]  # (ratio label, benchmark)
+    rows: list[tuple[str, str, list[str]]]  # (method, mode label, one text per column)
+
+    @property
+    def title(self) -> str:
+        return f"{self.metric} (%) — model {self.model_size}, {self.algorithm}; mean ± std over seeds (Δ GMTS − ETS)"
+
+
+def format_cell(cell: Cell | None) -> str:
+    if cell is None:
+        return ""
+    text = f"{cell.mean * PERCENT:.1f}"
+    if cell.std is not None:
+        text += f" ± {cell.std * PERCENT:.1f}"
+    if cell.delta_vs_ets is not None:
+        text += f" (Δ {cell.delta_vs_ets * PERCENT:+.1f})"
+    return text
+
+
+def wide_tables(results: AblationResults, metric: str = "accuracy") -> list[WideTable]:
+    cells = [c for c in results.cells if c.metric == metric]
+    sections = sorted({(c.model_size, c.algorithm) for c in cells})
+    return [_wide_table([c for c in cells if (c.model_size, c.algorithm) == s], *s, metric) for s in sections]
+
+
+def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str) -> WideTable:
+    ratios = sorted({c.ratio for c in cells if c.ratio is not None})
+    ratio_labels = [f"{r:g}" for r in ratios] or [ALL_TOKENS]
+    benchmarks = sorted({c.benchmark for c in cells})
+    columns = [(label, b) for label in ratio_labels for b in benchmarks]
+    by_point = {(c.method, c.mode, None if c.ratio is None else f"{c.ratio:g}", c.benchmark): c for c in cells}
+    row_keys = sorted({(c.method, c.mode) for c in cells}, key=lambda k: (method_rank(k[0]), mode_rank(k[1])))
+    rows = []
+    for method, mode in row_keys:
+        texts = []
+        for label, benchmark in columns:
+            cell = by_point.get((method, mode, label, benchmark)) or by_point.get((method, mode, None, benchmark))
+            texts.append(format_cell(cell))
+        rows.append((method, mode or "—", texts))
+    return WideTable(model_size, algorithm, metric, columns, rows)
+
+
+def to_markdown(results: AblationResults, tables: list[WideTable]) -> str:
+    lines = [f"# Ablation: sweep {results.sweep_id}", "", _summary(results), ""]
+    for table in tables:
+        header = ["method", "mode"] + [f"ρ={r} {b}" if r != ALL_TOKENS else f"{r} {b}" for r, b in table.columns]
+        lines += [f"## {table.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join([m, mode, *texts]) + " |" for m, mode, texts in table.rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def to_html(results: AblationResults, tables: list[WideTable]) -> str:
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>Ablation {e(results.sweep_id)}</title>",
+        "<style>body{font-family:sans-serif}table{border-collapse:collapse;margin-bottom:2em}"
+        "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:nth-child(-n+2){text-align:left}</style>",
+        f"</head><body><h1>Ablation: sweep {e(results.sweep_id)}</h1><p>{e(_summary(results))}</p>",
+    ]
+    for table in tables:
+        ratios = list(dict.fromkeys(r for r, _ in table.columns))
+        per_ratio = len(table.columns) // len(ratios)
+        parts.append(f"<h2>{e(table.title)}</h2><table><tr><th rowspan='2'>method</th><th rowspan='2'>mode</th>")
+        parts += [f"<th colspan='{per_ratio}'>{'ρ = ' + e(r) if r != ALL_TOKENS else e(r)}</th>" for r in ratios]
+        parts.append("</tr><tr>" + "".join(f"<th>{e(b)}</th>" for _, b in table.columns) + "</tr>")
+        for method, mode, texts in table.rows:
+            parts.append("<tr>" + "".join(f"<td>{e(t)}</td>" for t in (method, mode, *texts)) + "</tr>")
+        parts.append("</table>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
+    views = []
+    for table in tables:
+        view = Table(title=table.title, caption=_summary(results))
+        view.add_column("method")
+        view.add_column("mode")
+        for ratio, benchmark in table.columns:
+            view.add_column(f"ρ={ratio}\n{benchmark}" if ratio != ALL_TOKENS else f"{ratio}\n{benchmark}", justify="right")
+        for method, mode, texts in table.rows:
+            view.add_row(method, mode, *texts)
+        views.append(view)
+    return views
+
+
+CSV_FIELDS = ("model_size", "algorithm", "method", "mode", "ratio", "benchmark", "metric", "mean", "std", "n",
+              "delta_vs_ets", "seeds")
+
+
+def to_csv(results: AblationResults) -> str:
+    """Long format, one row per cell, numbers unrounded (for analysis, not for reading)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for cell in results.cells:
+        row = cell.model_dump()
+        row["seeds"] = " ".join(str(s) for s in cell.seeds)
+        writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_FIELDS})
+    return out.getvalue()
+
+
+def _summary(results: AblationResults) -> str:
+    text = f"{results.finished} finished trial(s)"
+    if results.unfinished:
+        text += f"; not in the table: {', '.join(f'{t.name} ({t.status})' for t in results.unfinished)}"
+    return text

@@ -1,0 +1,55 @@
+"""Build (or restore) the Ray Tune ``Tuner`` that runs a sweep's trials.
+
+The grid is one Tune axis, ``trial`` (the trial names); each trial's validated ExperimentConfig
+travels with the trainable (``tune.with_parameters``), and its resources are a placement group
+of its own bundles (``tune.with_resources`` + ``PlacementGroupFactory(run_bundles(config))``), so
+trials with different model sizes get different groups and never oversubscribe the cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ray import tune
+
+from sweeps.layout import SweepLayout
+from sweeps.spec import SweepSpec, Trial
+from sweeps.trainable import run_trial, trial_resources
+
+TRIAL_KEY = "trial"
+
+
+def trainable(configs: dict[str, dict[str, Any]]) -> Any:
+    with_configs = tune.with_parameters(run_trial, configs=configs)
+    return tune.with_resources(with_configs, resources=functools.partial(trial_resources, configs=configs))
+
+
+def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
+    configs = _configs(trials)
+    return tune.Tuner(
+        trainable(configs),
+        param_space={TRIAL_KEY: tune.grid_search([trial.name for trial in trials])},
+        tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent_trials),
+        run_config=tune.RunConfig(
+            name=layout.sweep_id,
+            storage_path=str(layout.tune_storage),
+            failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+            # Tune's checkpoints are only markers (the real ones live in each run_dir): keep the last.
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+            verbose=1,
+        ),
+    )
+
+
+def restore_tuner(trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
+    """Reopen an interrupted sweep: finished trials stay finished, the others continue."""
+    if not tune.Tuner.can_restore(str(layout.tune_dir)):
+        raise FileNotFoundError(f"--resume: no Ray Tune experiment state in {layout.tune_dir}")
+    return tune.Tuner.restore(
+        str(layout.tune_dir), trainable(_configs(trials)), resume_unfinished=True, resume_errored=True
+    )
+
+
+def _configs(trials: list[Trial]) -> dict[str, dict[str, Any]]:
+    return {trial.name: trial.config.model_dump(mode="json") for trial in trials}

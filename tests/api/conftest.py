@@ -1,0 +1,58 @@
+"""Fixtures of the API tests.
+
+The fast tests drive the real app (real SQLite store, real MLflow SQLite store, real validation) with
+a *fake* Ray Jobs backend, ``FakeJobs``: starting a Ray head costs ~10 s and 0.6 GB, and every job
+it ran would start a real sweep on this 2-core machine. The real ``RayJobs`` client against a real
+Ray head with token auth is exercised by the slow integration test (test_integration.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import ApiSettings
+from tests.api.support import TOKEN, FakeJobs, serve
+
+
+@pytest.fixture
+def roots(tmp_path: Path) -> Path:
+    """The one allowed root of model/data paths in these tests (the state dir is allowed too)."""
+    root = tmp_path / "roots"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def settings(tmp_path: Path, roots: Path) -> ApiSettings:
+    return ApiSettings(
+        api_token=TOKEN,
+        state_dir=tmp_path / "state",
+        allowed_roots=[roots, Path("~/.cache/gmts-lab")],  # the shipped presets cache models there
+        mlflow_tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        mlflow_ui_url="http://127.0.0.1:5000",
+        max_body_bytes=8192,
+        cancel_wait_s=1.0,
+    )
+
+
+@pytest.fixture
+def jobs() -> FakeJobs:
+    return FakeJobs()
+
+
+@pytest.fixture
+def client(settings: ApiSettings, jobs: FakeJobs) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, jobs), headers={"Authorization": f"Bearer {TOKEN}"}) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def served(settings: ApiSettings, jobs: FakeJobs) -> Iterator[str]:
+    """The app under a real uvicorn server on a free loopback port; yields its base URL."""
+    with serve(create_app(settings, jobs)) as url:
+        yield url

@@ -1,0 +1,409 @@
+"""The REST API on the real app (SQLite records, MLflow SQLite store, full validation) with a fake Ray
+Jobs backend (see conftest.py): auth, validation errors, size limit, path confinement, idempotency,
+status reconciliation, cancel, logs, results."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from mlflow import MlflowClient
+
+from api.app import create_app
+from api.service import SUBMIT_GRACE_S
+from api.settings import ApiSettings
+from api.tracking import API_ID_TAG
+from orchestrator.config_loader import load_experiment
+from sweeps.report import ablation_results
+from sweeps.spec import expand, load_spec
+from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
+from tests.api.support import TOKEN, FakeJobs, bearer, sweep_body, write_yaml
+
+V1_CALLS = [
+    ("POST", "/v1/sweeps"),
+    ("GET", "/v1/sweeps"),
+    ("GET", "/v1/sweeps/sw-0123456789abcdef"),
+    ("GET", "/v1/sweeps/sw-0123456789abcdef/results"),
+    ("GET", "/v1/sweeps/sw-0123456789abcdef/logs"),
+    ("POST", "/v1/sweeps/sw-0123456789abcdef/cancel"),
+    ("POST", "/v1/runs"),
+    ("GET", "/v1/runs"),
+    ("GET", "/v1/runs/run-0123456789abcdef"),
+    ("GET", "/v1/runs/run-0123456789abcdef/logs"),
+    ("POST", "/v1/runs/run-0123456789abcdef/cancel"),
+]
+
+
+def _submit(client: TestClient, body: dict | None = None, **headers: str) -> dict:
+    response = client.post("/v1/sweeps", json=body or sweep_body(), headers=headers)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+# -- auth -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), V1_CALLS)
+@pytest.mark.parametrize(
+    ("headers", "says"),
+    [({}, "missing bearer token"), (bearer("wrong-token-0123456789"), "invalid bearer token"),
+     ({"Authorization": f"Basic {TOKEN}"}, "missing bearer token"), (bearer(TOKEN + "x"), "invalid bearer token")],
+    ids=["none", "wrong", "basic-scheme", "longer"],
+)
+def test_every_v1_endpoint_needs_the_token(settings, jobs, method, path, headers, says) -> None:
+    with TestClient(create_app(settings, jobs)) as anonymous:
+        response = anonymous.request(method, path, headers=headers, json=sweep_body() if method == "POST" else None)
+    assert response.status_code == 401
+    assert says in response.json()["message"]
+    assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    assert not jobs.jobs
+
+
+def test_health_needs_no_token_and_readiness_checks_ray_and_mlflow(settings, jobs) -> None:
+    with TestClient(create_app(settings, jobs)) as anonymous:
+        assert anonymous.get("/healthz").json() == {"status": "ok"}
+        assert anonymous.get("/readyz").json() == {"ready": True, "ray": "ok", "mlflow": "ok"}
+        jobs.available = False
+        response = anonymous.get("/readyz")
+    assert response.status_code == 503
+    assert response.json()["ray"].startswith("unreachable")
+
+
+def test_the_service_refuses_to_start_without_a_usable_token(tmp_path: Path, monkeypatch) -> None:
+    from api.settings import SettingsError
+
+    for name in ("GMTS_API_TOKEN", "GMTS_API_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SettingsError, match="GMTS_API_TOKEN"):
+        create_app(ApiSettings(state_dir=tmp_path), FakeJobs())
+    with pytest.raises(SettingsError, match="at least 16"):
+        create_app(ApiSettings(state_dir=tmp_path, api_token="short"), FakeJobs())
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    monkeypatch.setenv("GMTS_API_TOKEN_FILE", str(token_file))
+    monkeypatch.setenv("GMTS_STATE_DIR", str(tmp_path / "state"))
+    with TestClient(create_app(ApiSettings(), FakeJobs()), headers=bearer()) as client:
+        assert client.get("/v1/sweeps").status_code == 200
+
+
+def test_settings_from_the_environment(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("GMTS_STATE_DIR", str(tmp_path / "s"))
+    monkeypatch.setenv("GMTS_ALLOWED_ROOTS", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    monkeypatch.setenv("GMTS_MAX_BODY_BYTES", "4096")
+    settings = ApiSettings()
+    assert settings.host == "127.0.0.1"  # loopback unless told otherwise
+    assert settings.allowed_roots == [tmp_path / "a", tmp_path / "b", tmp_path / "s"]
+    assert settings.max_body_bytes == 4096
+    monkeypatch.setenv("GMTS_ALLOWED_ROOTS", json.dumps([str(tmp_path / "c")]))
+    assert ApiSettings().allowed_roots == [tmp_path / "c", tmp_path / "s"]
+    monkeypatch.setenv("GMTS_ALLOWED_ROOTS", "/")
+    with pytest.raises(ValueError, match="filesystem root"):
+        ApiSettings()
+
+
+# -- submitting -----------------------------------------------------------------------------------
+
+
+def test_submit_writes_a_validated_spec_and_a_constant_entrypoint(client, jobs, settings) -> None:
+    sweep = _submit(client)
+    assert sweep["status"] == "pending" and sweep["trials"]["total"] == 3
+    assert sweep["links"]["results"] == f"/v1/sweeps/{sweep['id']}/results"
+    job = jobs.jobs[sweep["ray_submission_id"]]
+    job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
+    run_dir = settings.state_dir / "runs" / sweep["id"]
+    assert job["entrypoint"] == f"python -m sweeps.run {job_file} --output-dir {run_dir}"
+    assert job["env_vars"]["MLFLOW_TRACKING_URI"] == settings.tracking_uri()
+    assert TOKEN not in json.dumps(job)  # no secret in the runtime_env, which Ray shows to anyone
+    spec = load_spec(job_file)  # the file the job runs is a valid spec that sweeps.run accepts
+    assert spec.tracking_uri == settings.tracking_uri()
+    trials = expand(spec, output_dir=run_dir)
+    assert [t.config.tracking.tags[API_ID_TAG] for t in trials] == [sweep["id"]] * 3
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "pending"
+
+
+def test_status_follows_ray(client, jobs) -> None:
+    sweep = _submit(client)
+    sid = sweep["ray_submission_id"]
+    jobs.set(sid, "RUNNING")
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "running"
+    jobs.set(sid, "SUCCEEDED", "Job finished successfully.")
+    body = client.get(f"/v1/sweeps/{sweep['id']}").json()
+    assert (body["status"], body["ray_status"], body["message"]) == ("succeeded", "SUCCEEDED", "Job finished successfully.")
+    jobs.set(sid, "FAILED")  # a finished record is final: Ray is not asked again
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "succeeded"
+    listed = client.get("/v1/sweeps", params={"status": "succeeded"}).json()["items"]
+    assert [item["id"] for item in listed] == [sweep["id"]]
+
+
+def test_submit_a_single_run(client, jobs, settings) -> None:
+    response = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"training.steps": 1, "name": "one-run"}})
+    assert response.status_code == 201, response.text
+    run = response.json()
+    assert run["id"].startswith("run-") and run["name"] == "one-run" and run["links"]["results"] is None
+    job_file = settings.state_dir / "jobs" / f"{run['id']}.yaml"
+    assert jobs.jobs[run["ray_submission_id"]]["entrypoint"] == f"python -m orchestrator.train --config {job_file}"
+    config = load_experiment(job_file)  # the complete validated config, as orchestrator.train loads it
+    assert config.training.steps == 1
+    assert config.output_dir == settings.state_dir / "runs" / run["id"]
+    assert config.tracking.tracking_uri == settings.tracking_uri()
+    assert config.tracking.tags[API_ID_TAG] == run["id"]
+    assert client.get(f"/v1/runs/{run['id']}").json()["id"] == run["id"]
+    assert [r["id"] for r in client.get("/v1/runs").json()["items"]] == [run["id"]]
+    assert client.get(f"/v1/sweeps/{run['id']}").status_code == 422  # a run id is not a sweep id
+
+
+def test_a_preset_file_under_the_roots_and_its_extends_chain(client, roots: Path, tmp_path: Path) -> None:
+    inside = write_yaml(roots / "mine.yaml", {"extends": "cpu-tiny-s", "training": {"steps": 1}})
+    assert client.post("/v1/sweeps", json=sweep_body(base={"preset": str(inside)})).status_code == 201
+    outside = write_yaml(tmp_path / "outside.yaml", {"extends": "cpu-tiny-s"})
+    chained = write_yaml(roots / "chained.yaml", {"extends": str(outside)})
+    for preset, says in [(str(outside), "outside the allowed roots"), (str(chained), "outside the allowed roots"),
+                         ("/etc/passwd", "outside the allowed roots"), ("no-such-preset", "unknown preset")]:
+        response = client.post("/v1/sweeps", json=sweep_body(base={"preset": preset}))
+        assert response.status_code == 422, preset
+        assert "base.preset" in response.json()["message"] and says in response.json()["message"]
+        assert "root:" not in response.text  # nothing of /etc/passwd leaks
+
+
+# -- bad inputs: the right 4xx, naming the problem --------------------------------------------------
+
+
+def _bad(client: TestClient, body, expected_status: int, *fragments: str, path: str = "/v1/sweeps", **kwargs) -> None:
+    if isinstance(body, (bytes, str)):
+        response = client.post(path, content=body, headers={"Content-Type": "application/json"}, **kwargs)
+    else:
+        response = client.post(path, json=body, **kwargs)
+    assert response.status_code == expected_status, response.text
+    message = response.json()["message"]
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+
+
+def test_malformed_json(client) -> None:
+    _bad(client, b'{"name": "x", "base": ', 400, "malformed JSON")
+
+
+def test_wrong_types(client) -> None:
+    _bad(client, sweep_body(max_concurrent_trials="many"), 422, "body.max_concurrent_trials", "integer")
+    _bad(client, sweep_body(grid={"method": "gmts"}), 422, "body.grid.method", "list")
+    _bad(client, {"preset": 7}, 422, "body.preset", "string", path="/v1/runs")
+    _bad(client, [1, 2], 422, "body")
+
+
+def test_ratio_out_of_range(client) -> None:
+    _bad(client, sweep_body(grid={"method": ["gmts"], "ratio": [0.2, 2.0]}), 422, "body.grid.ratio", "ratio[1]=2.0")
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"selection.ratio": 2.0}}, 422,
+         "overrides.selection.ratio", "less than or equal to 1", path="/v1/runs")
+
+
+def test_unknown_fields_are_rejected_by_name(client) -> None:
+    _bad(client, sweep_body(colour="blue"), 422, "body.colour", "Extra inputs are not permitted")
+    _bad(client, sweep_body(base={"preset": "cpu-tiny-s", "overides": {}}), 422, "body.base.overides")
+    _bad(client, sweep_body(grid={"methods": ["gmts"]}), 422, "body.grid.methods")
+    _bad(client, sweep_body(base={"preset": "cpu-tiny-s", "overrides": {"training.stepz": 1}}), 422, "training.stepz")
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"model.colour": 1}}, 422, "overrides.model.colour",
+         path="/v1/runs")
+
+
+def test_config_errors_name_the_trial_and_field(client) -> None:
+    _bad(client, sweep_body(grid={"method": ["gmts"]}, base={"preset": "cpu-tiny-s", "overrides": {"selection.ratio": None}}),
+         422, "trial 0 (method=gmts)", "ratio")
+
+
+def test_paths_outside_the_roots(client, roots: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    (outside / "model").mkdir(parents=True)
+    (outside / "model" / "config.json").write_text("{}")
+    (outside / "train.jsonl").write_text("")
+    (roots / "escape").symlink_to(outside)  # a symlink under the roots that leads out of them
+    cases = {
+        "model.path": [str(outside / "model"), f"{roots}/../elsewhere/model", str(roots / "escape" / "model"), "model"],
+        "data.train.source": [str(outside / "train.jsonl"), str(roots / "escape" / "train.jsonl")],
+        "model.cache_dir": ["/var/tmp/models"],
+    }
+    for key, values in cases.items():
+        for value in values:
+            overrides = {"model.source": "hf", key: value} if key == "model.path" else {key: value}
+            response = client.post("/v1/sweeps", json=sweep_body(base={"preset": "cpu-tiny-s", "overrides": overrides}))
+            assert response.status_code == 422, (key, value, response.text)
+            message = response.json()["message"]
+            assert f"base.overrides.{key}" in message, message
+            assert any(s in message for s in ("outside the allowed roots", "'..'", "absolute path")), message
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"data": {"eval": {"x": {"source": "/etc/x.jsonl"}}}}}, 422,
+         "overrides.data.eval.x.source", "outside the allowed roots", path="/v1/runs")
+    _bad(client, sweep_body(tracking_uri="sqlite:////tmp/elsewhere.db"), 422, "tracking_uri", "set by the server")
+
+
+def test_a_data_file_under_the_roots_is_accepted(client, roots: Path) -> None:
+    data = roots / "train.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1=", "answer": "2", "domain": "arithmetic"}) + "\n")
+    response = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"data.train.source": str(data)}})
+    assert response.status_code == 201, response.text
+
+
+def test_oversize_bodies(client, settings) -> None:
+    big = sweep_body(description="x" * settings.max_body_bytes)
+    _bad(client, big, 413, "limit is 8192 bytes")
+
+    def chunks():  # no Content-Length: the limit applies while reading
+        yield b'{"name": "chunked", "description": "'
+        for _ in range(20):
+            yield b"y" * 1024
+        yield b'"}'
+
+    response = client.post("/v1/sweeps", content=chunks(), headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert "larger than 8192 bytes" in response.json()["message"]
+
+
+# -- idempotency ----------------------------------------------------------------------------------
+
+
+def test_the_same_idempotency_key_creates_one_sweep(client, jobs) -> None:
+    first = client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "k-1"})
+    second = client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "k-1"})
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] == second.json()["id"]
+    assert second.headers["Idempotent-Replayed"] == "true"
+    assert len(jobs.jobs) == 1
+    other = client.post("/v1/sweeps", json=sweep_body(description="changed"), headers={"Idempotency-Key": "k-1"})
+    assert other.status_code == 422 and "Idempotency-Key 'k-1'" in other.json()["message"]
+    assert client.post("/v1/sweeps", json=sweep_body()).json()["id"] != first.json()["id"]  # no key: a new sweep
+    assert len(jobs.jobs) == 2
+    bad_key = client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "has space"})
+    assert bad_key.status_code == 422 and "Idempotency-Key" in bad_key.json()["message"]
+
+
+def test_concurrent_posts_with_one_key_create_one_sweep(served: str, jobs) -> None:
+    def post(_):
+        return httpx.post(f"{served}/v1/sweeps", json=sweep_body(), headers={**bearer(), "Idempotency-Key": "race"},
+                          timeout=60)
+
+    with ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(post, range(4)))
+    assert {r.status_code for r in responses} == {201}
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert len(jobs.jobs) == 1
+
+
+def test_ray_down_at_submit_is_503_and_leaves_no_record(client, jobs) -> None:
+    jobs.available = False
+    response = client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "retry-me"})
+    assert response.status_code == 503 and "fake Ray is down" in response.json()["message"]
+    jobs.available = True
+    assert client.get("/v1/sweeps").json()["items"] == []
+    assert client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "retry-me"}).status_code == 201
+
+
+# -- restart and reconciliation -------------------------------------------------------------------
+
+
+def test_records_survive_a_restart_and_are_reconciled_on_start_up(settings, jobs) -> None:
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        running, lost = _submit(client), _submit(client)
+        jobs.set(running["ray_submission_id"], "RUNNING")
+        assert client.get(f"/v1/sweeps/{running['id']}").json()["status"] == "running"
+    jobs.set(running["ray_submission_id"], "SUCCEEDED")
+    del jobs.jobs[lost["ray_submission_id"]]  # e.g. the Ray cluster was replaced while we were down
+    app = create_app(settings, jobs)
+    store = app.state.plane.store
+    store.update(store.get("sweep", lost["id"]), created_at=time.time() - SUBMIT_GRACE_S - 1)
+    with TestClient(app, headers=bearer()):
+        # start-up reconciliation, before any request reads the records
+        assert store.get("sweep", running["id"]).status == "succeeded"
+        lost_record = store.get("sweep", lost["id"])
+        assert lost_record.status == "failed" and "Ray has no job" in lost_record.message
+
+
+# -- cancel, logs, results ------------------------------------------------------------------------
+
+
+def _fake_sweep_runs(settings: ApiSettings, api_id: str, spec_name: str) -> tuple[MlflowClient, str, list[str]]:
+    """MLflow runs as sweeps.run and orchestrator.train create them: a parent and tagged children."""
+    mlflow = MlflowClient(settings.tracking_uri())
+    experiment = mlflow.get_experiment_by_name("gmts-lab") or mlflow.get_experiment(mlflow.create_experiment("gmts-lab"))
+    parent = mlflow.create_run(experiment.experiment_id, tags={SWEEP_ID_TAG: f"{spec_name}-1", SPEC_NAME_TAG: spec_name})
+    children = []
+    for index, (method, status) in enumerate([("none", "FINISHED"), ("ets", "RUNNING"), ("gmts", "RUNNING")]):
+        child = mlflow.create_run(experiment.experiment_id, tags={
+            PARENT_TAG: parent.info.run_id, API_ID_TAG: api_id, TRIAL_TAG: f"{spec_name}-t{index:03d}"})
+        for key, value in {"method": method, "ratio": "" if method == "none" else "0.2", "mode": "top",
+                           "model_size": "tiny-s", "algorithm": "grpo", "seed": "0"}.items():
+            mlflow.log_param(child.info.run_id, key, value)
+        mlflow.log_metric(child.info.run_id, "eval/arithmetic/accuracy", 0.1 * (index + 1), step=1)
+        if status == "FINISHED":
+            mlflow.set_terminated(child.info.run_id, "FINISHED")
+        children.append(child.info.run_id)
+    return mlflow, parent.info.run_id, children
+
+
+def test_cancel_stops_the_job_and_kills_the_mlflow_runs(client, jobs, settings) -> None:
+    sweep = _submit(client)
+    jobs.set(sweep["ray_submission_id"], "RUNNING")
+    mlflow, parent, children = _fake_sweep_runs(settings, sweep["id"], "api-test")
+    status = client.get(f"/v1/sweeps/{sweep['id']}").json()
+    assert status["mlflow"]["run_id"] == parent
+    assert status["mlflow"]["ui_url"].startswith("http://127.0.0.1:5000/#/experiments/")
+    assert status["trials"] == {"total": 3, "running": 2, "finished": 1, "failed": 0, "killed": 0}
+    response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled" and response.json()["ray_status"] == "STOPPED"
+    assert jobs.jobs[sweep["ray_submission_id"]]["status"] == "STOPPED"
+    assert mlflow.get_run(parent).info.status == "KILLED"
+    assert [mlflow.get_run(c).info.status for c in children] == ["FINISHED", "KILLED", "KILLED"]
+    again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    assert again.status_code == 409 and "already cancelled" in again.json()["message"]
+
+
+def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
+    sweep = _submit(client)
+    jobs.set(sweep["ray_submission_id"], "RUNNING")
+    jobs.stop_takes_effect = False
+    response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    assert response.status_code == 202
+    assert response.json()["status"] == "running" and response.json()["cancel_requested"] is True
+    jobs.set(sweep["ray_submission_id"], "STOPPED")
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "cancelled"
+
+
+def test_logs_tail(client, jobs) -> None:
+    sweep = _submit(client)
+    jobs.set(sweep["ray_submission_id"], "RUNNING", logs="\n".join(f"line {i}" for i in range(500)))
+    body = client.get(f"/v1/sweeps/{sweep['id']}/logs", params={"tail": 3}).json()
+    assert body["lines"] == ["line 497", "line 498", "line 499"] and body["truncated"] is True
+    assert client.get(f"/v1/sweeps/{sweep['id']}/logs", params={"tail": 0}).status_code == 422
+
+
+def test_results_are_the_reports_ablation_table(client, jobs, settings) -> None:
+    sweep = _submit(client)
+    early = client.get(f"/v1/sweeps/{sweep['id']}/results")
+    assert early.status_code == 409 and "no MLflow parent run yet" in early.json()["message"]
+    mlflow, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
+    jobs.set(sweep["ray_submission_id"], "SUCCEEDED")
+    response = client.get(f"/v1/sweeps/{sweep['id']}/results")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["parent_run_id"] == parent and body["status"] == "succeeded"
+    assert body["results"] == json.loads(json.dumps(ablation_results(settings.tracking_uri(), parent)))
+
+
+def test_unknown_ids(client) -> None:
+    for path in ("/v1/sweeps/sw-ffffffffffffffff", "/v1/sweeps/sw-ffffffffffffffff/logs", "/v1/runs/run-ffffffffffffffff"):
+        response = client.get(path)
+        assert response.status_code == 404 and "no " in response.json()["message"]
+    assert client.get("/v1/sweeps/../../etc/passwd").status_code == 404
+    assert client.get("/v1/sweeps/sw-..%2F..%2Fetc").status_code == 422
+
+
+def test_job_files_are_not_world_readable_or_shared(client, settings) -> None:
+    sweep = _submit(client)
+    job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
+    assert yaml.safe_load(job_file.read_text())["name"] == "api-test"
+    assert os.stat(job_file).st_mode & 0o077 == 0

@@ -1,0 +1,65 @@
+import pytest
+
+from orchestrator.config import ExperimentConfig, flatten
+from orchestrator.config_loader import ConfigError, load_experiment, preset_names
+
+
+def test_every_preset_validates(tmp_path, monkeypatch):
+    names = preset_names()
+    assert {"cpu-tiny-s", "cpu-tiny-m", "cpu-smollm2", "qwen2.5-math-1.5b", "qwen2.5-math-7b", "qwen3-8b"} <= set(names)
+    models, data = tmp_path / "models", tmp_path / "data"
+    for model in ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen3-8B",
+                  "Qwen2.5-Coder-1.5B", "Qwen2.5-Coder-7B"):
+        (models / model).mkdir(parents=True)
+        (models / model / "config.json").write_text("{}")
+    data.mkdir()
+    for name in ("math_train.parquet", "code_train.parquet"):
+        (data / name).write_bytes(b"")
+    monkeypatch.setenv("GMTS_MODELS_DIR", str(models))
+    monkeypatch.setenv("GMTS_DATA_DIR", str(data))
+    for name in names:
+        config = load_experiment(name)
+        if config.model.source == "hf":
+            assert config.model.path.parent == models and config.rollout.n_samples == 16
+
+
+def test_gpu_presets_without_the_model_root_name_the_field(monkeypatch):
+    monkeypatch.delenv("GMTS_MODELS_DIR", raising=False)
+    with pytest.raises(ConfigError, match=r"model\.path"):
+        load_experiment("qwen2.5-math-1.5b")
+
+
+def test_overrides_are_typed_and_extends_merges():
+    config = load_experiment("cpu-tiny-m", ["selection.ratio=0.5", "selection.mode=bottom", "training.steps=3"])
+    assert config.selection.ratio == 0.5 and config.selection.mode == "bottom" and config.training.steps == 3
+    assert config.model.hidden_size == 256 and config.rollout.max_new_tokens == 5  # inherited from cpu-tiny-s
+
+
+def test_algorithm_defaults_follow_the_papers_and_explicit_fields_win():
+    dapo = load_experiment("cpu-tiny-s", ["algorithm.name=dapo"]).algorithm
+    assert (dapo.loss.clip_high, dapo.loss.kl_coef, dapo.loss.loss_agg, dapo.dynamic_sampling) == (0.28, 0.0, "token-mean", True)
+    grpo = load_experiment("cpu-tiny-s", ["algorithm.name=grpo", "algorithm.loss.kl_coef=0.01"]).algorithm
+    assert grpo.loss.kl_coef == 0.01 and grpo.loss.loss_agg == "seq-mean-token-mean" and not grpo.dynamic_sampling
+
+
+@pytest.mark.parametrize(
+    "override,field",
+    [("selection.ratio=2.0", "selection.ratio"), ("selection.method=magic", "selection.method"),
+     ("learner.zero_stage=7", "learner.zero_stage"), ("model.hidden_size=100", "model.num_attention_heads"),
+     ("rollout.unknown=1", "rollout.unknown"), ("evaluation.k=4", "evaluation")],
+)
+def test_errors_name_the_field(override, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        load_experiment("cpu-tiny-s", [override])
+
+
+def test_bad_sources_and_override_syntax():
+    with pytest.raises(ConfigError, match="neither a file nor a preset"):
+        load_experiment("no-such-preset")
+    with pytest.raises(ConfigError, match="expected key.path=value"):
+        load_experiment("cpu-tiny-s", ["selection.ratio"])
+
+
+def test_flatten_gives_dotted_params():
+    flat = flatten(load_experiment("cpu-tiny-s"))
+    assert flat["selection.method"] == "gmts" and flat["algorithm.loss.clip_high"] == "0.2"

@@ -1,0 +1,182 @@
+"""The ablation report from a real SQLite MLflow store, populated by real MlflowClient calls the way
+``orchestrator.train`` logs a trial (short grid params, per-step metrics, final eval metrics)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+
+from sweeps import report as report_cli
+from sweeps.report import TokenStats, ablation_results, build_report, within_answer_spearman
+from sweeps.results import find_parent, read_sweep
+from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
+
+SWEEP_ID = "unit-sweep-20260101-000000"
+FINAL_STEP = 3
+# (method, ratio, mode, seed) → final eval/arithmetic/accuracy, eval/gsm8k/accuracy
+FINALS = {
+    ("none", None, "top", 0): (0.25, 0.10),
+    ("none", None, "top", 1): (0.35, 0.20),
+    ("ets", 0.2, "top", 0): (0.30, 0.12),
+    ("ets", 0.2, "top", 1): (0.40, 0.18),
+    ("gmts", 0.2, "top", 0): (0.40, 0.16),
+    ("gmts", 0.2, "top", 1): (0.50, 0.30),
+    ("gmts", 0.5, "top", 0): (0.45, 0.20),  # no ETS at 0.5: no Δ
+    ("ets", 0.2, "bottom", 0): (0.05, 0.01),
+}
+# One diagnostic batch of two answers: Spearman 1.0 and 0.8, mean 0.9.
+TOKEN_STATS = {"step": 1, "entropy": [[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]],
+               "grad_norm": [[0.5, 0.6, 0.7, 0.8], [1.0, 3.0, 2.0, 4.0]]}
+
+
+def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str, point: tuple, finals: tuple | None,
+           status: str = "FINISHED") -> str:
+    method, ratio, mode, seed = point
+    run = client.create_run(experiment_id, run_name=trial, tags={PARENT_TAG: parent_id, TRIAL_TAG: trial})
+    run_id = run.info.run_id
+    params = {"method": method, "ratio": "" if ratio is None else str(ratio), "mode": mode, "model_size": "tiny-s",
+              "algorithm": "grpo", "seed": str(seed), "selection.method": method}
+    metrics = [Metric("reward/mean", 0.1 * step + 0.01 * seed, 0, step) for step in range(1, FINAL_STEP + 1)]
+    metrics += [Metric("train/accuracy", 0.05 * step, 0, step) for step in range(1, FINAL_STEP + 1)]
+    metrics += [Metric("eval/arithmetic/accuracy", 0.01, 0, 0)]  # the evaluation before training
+    if finals is not None:
+        metrics += [Metric("eval/arithmetic/accuracy", finals[0], 0, FINAL_STEP),
+                    Metric("eval/gsm8k/accuracy", finals[1], 0, FINAL_STEP),
+                    Metric("eval/arithmetic/pass_at_1", finals[0], 0, FINAL_STEP)]
+    client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+    client.set_terminated(run_id, status=status)
+    return run_id
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One store for the module (creating the SQLite schema takes seconds); the tests only add to it."""
+    tmp_path = tmp_path_factory.mktemp("store")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment_id = ensure_experiment(client, "unit", tmp_path / "mlartifacts")
+    parent = client.create_run(experiment_id, run_name=SWEEP_ID, tags={SWEEP_ID_TAG: SWEEP_ID, SPEC_NAME_TAG: "unit"})
+    parent_id = parent.info.run_id
+    run_ids = {}
+    for index, (point, finals) in enumerate(FINALS.items()):
+        trial = f"unit-t{index:03d}"
+        if point == ("gmts", 0.2, "top", 1):  # restarted before its first checkpoint: an orphaned first run
+            _child(client, experiment_id, parent_id, trial, point, (0.99, 0.99), status="FAILED")
+        run_ids[point] = _child(client, experiment_id, parent_id, trial, point, finals)
+    failed = _child(client, experiment_id, parent_id, "unit-t099", ("gmts", 0.8, "top", 0), None, status="FAILED")
+    gmts_run = run_ids[("gmts", 0.2, "top", 0)]
+    stats_file = tmp_path / "token_stats.json"
+    stats_file.write_text(json.dumps(TOKEN_STATS))
+    client.log_artifact(gmts_run, str(stats_file), "diagnostics")
+    return {"uri": uri, "client": client, "parent_id": parent_id, "failed": failed, "tmp": tmp_path}
+
+
+def _cell(results: dict, **where) -> dict:
+    matches = [c for c in results["cells"] if all(c[k] == v for k, v in where.items())]
+    assert len(matches) == 1, (where, matches)
+    return matches[0]
+
+
+def test_table_numbers_mean_std_and_delta(store: dict) -> None:
+    results = ablation_results(store["uri"], store["parent_id"])
+    assert results["sweep_id"] == SWEEP_ID
+    assert results["benchmarks"] == ["arithmetic", "gsm8k"]
+    assert results["metrics"] == ["accuracy", "pass_at_1"]
+    assert results["finished"] == 8
+    assert [t["name"] for t in results["unfinished"]] == ["unit-t099"]
+
+    common = {"metric": "accuracy", "model_size": "tiny-s", "algorithm": "grpo"}
+    ets = _cell(results, method="ets", mode="top", ratio=0.2, benchmark="arithmetic", **common)
+    gmts = _cell(results, method="gmts", mode="top", ratio=0.2, benchmark="arithmetic", **common)
+    assert ets["mean"] == pytest.approx(0.35, abs=1e-12)
+    assert ets["std"] == pytest.approx(statistics.stdev([0.30, 0.40]), abs=1e-12)
+    assert ets["n"] == 2 and ets["seeds"] == [0, 1]
+    # The finished run of the restarted trial counts, not its orphaned FAILED run (0.99).
+    assert gmts["mean"] == pytest.approx(0.45, abs=1e-12)
+    assert gmts["delta_vs_ets"] == pytest.approx(0.10, abs=1e-12)
+    gsm8k = _cell(results, method="gmts", mode="top", ratio=0.2, benchmark="gsm8k", **common)
+    assert gsm8k["delta_vs_ets"] == pytest.approx((0.16 + 0.30) / 2 - (0.12 + 0.18) / 2, abs=1e-12)
+
+    baseline = _cell(results, method="none", benchmark="arithmetic", **common)
+    assert baseline["mode"] is None and baseline["ratio"] is None
+    assert baseline["mean"] == pytest.approx(0.30, abs=1e-12) and baseline["delta_vs_ets"] is None
+    lone = _cell(results, method="gmts", ratio=0.5, benchmark="arithmetic", **common)
+    assert lone["std"] is None and lone["n"] == 1 and lone["delta_vs_ets"] is None
+    bottom = _cell(results, method="ets", mode="bottom", benchmark="arithmetic", **common)
+    assert bottom["mean"] == pytest.approx(0.05, abs=1e-12)
+
+
+def test_report_files_and_parent_artifacts(store: dict) -> None:
+    client = store["client"]
+    folder = store["tmp"] / "report"
+    report = build_report(client, client.get_run(store["parent_id"]), folder)
+    assert report.notes == []
+
+    markdown = (folder / "ablation.md").read_text()
+    gmts_row = next(line for line in markdown.splitlines() if line.startswith("| gmts | top |"))
+    # columns: ρ=0.2 arithmetic, ρ=0.2 gsm8k, ρ=0.5 arithmetic, ρ=0.5 gsm8k
+    assert gmts_row.split(" | ")[2:4] == ["45.0 ± 7.1 (Δ +10.0)", "23.0 ± 9.9 (Δ +8.0)"]
+    none_row = next(line for line in markdown.splitlines() if line.startswith("| none | — |"))
+    assert none_row.count("30.0 ± 7.1") == 2  # the baseline repeated under both ratios
+    assert "unit-t099 (FAILED)" in markdown
+
+    rows = (folder / "ablation.csv").read_text().splitlines()
+    assert rows[0].startswith("model_size,algorithm,method,mode,ratio,benchmark,metric,mean,std,n,delta_vs_ets")
+    assert len(rows) == 1 + len(read_json(folder / "ablation.json")["cells"])
+    assert "<th colspan='2'>ρ = 0.2</th>" in (folder / "ablation.html").read_text()
+
+    listed = {a.path for a in client.list_artifacts(store["parent_id"], "ablation")}
+    expected = {"ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
+                "learning_curves.png", "entropy_vs_gradnorm.png"}
+    assert listed == {f"ablation/{name}" for name in expected}
+    for png in ("accuracy_vs_ratio.png", "learning_curves.png", "entropy_vs_gradnorm.png"):
+        image = matplotlib.image.imread(folder / png)
+        assert image.shape[0] > 200 and image.shape[1] > 200
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_learning_curves_average_seeds(store: dict) -> None:
+    client = store["client"]
+    curves = report_cli.learning_curves(client, read_sweep(client, client.get_run(store["parent_id"])))
+    ets = next(c for c in curves if (c.method, c.mode, c.ratio, c.metric) == ("ets", "top", 0.2, "reward/mean"))
+    assert ets.steps == [1, 2, 3]
+    assert ets.values == pytest.approx([0.1 * s + 0.005 for s in (1, 2, 3)], abs=1e-12)  # seeds 0 and 1
+
+
+def test_within_answer_spearman_of_the_diagnostic_batch() -> None:
+    assert within_answer_spearman(TokenStats.model_validate(TOKEN_STATS)) == pytest.approx(0.9, abs=1e-12)
+
+
+def test_scatter_skipped_with_a_note_without_diagnostics(store: dict) -> None:
+    client = store["client"]
+    experiment_id = client.get_run(store["parent_id"]).info.experiment_id
+    # A second sweep whose only trial logged no diagnostics batch.
+    bare = client.create_run(experiment_id, run_name="bare", tags={SWEEP_ID_TAG: "bare-sweep"})
+    _child(client, experiment_id, bare.info.run_id, "bare-t000", ("ets", 0.2, "top", 0), (0.3, 0.1))
+    report = build_report(client, client.get_run(bare.info.run_id), store["tmp"] / "bare", upload=False)
+    assert any("scatter skipped" in note for note in report.notes)
+    assert not (store["tmp"] / "bare" / "entropy_vs_gradnorm.png").exists()
+
+
+def test_find_parent_by_sweep_id_spec_name_and_run_id(store: dict) -> None:
+    client = store["client"]
+    for key in (SWEEP_ID, "unit", store["parent_id"]):
+        assert find_parent(client, key).info.run_id == store["parent_id"]
+
+
+def test_report_cli_prints_the_table(store: dict, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")
+    assert report_cli.main([SWEEP_ID, "--tracking-uri", store["uri"], "--no-upload"]) == 0
+    out = capsys.readouterr().out
+    assert "45.0 ± 7.1 (Δ +10.0)" in out
+    assert f"mlflow ui --backend-store-uri {store['uri']}" in out
+    assert report_cli.main(["no-such-sweep", "--tracking-uri", store["uri"]]) == 2

@@ -1,0 +1,119 @@
+"""Sweep specs: bad specs fail before anything starts naming the field; grids expand as documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import ray
+
+from orchestrator.config_loader import ConfigError
+from sweeps import run as sweep_cli
+from sweeps.spec import expand, grid_points, load_spec, spec_names
+
+CPU_SPECS = ("cpu-demo", "cpu-ablation")
+
+
+def test_unknown_grid_axis_is_named(write_spec) -> None:
+    path = write_spec(grid={"method": ["ets"], "ratio": [0.2], "temperature": [0.5]})
+    with pytest.raises(ConfigError) as excinfo:
+        load_spec(path)
+    assert "grid.temperature" in str(excinfo.value)
+
+
+def test_unknown_axis_in_explicit_trials_is_named(write_spec) -> None:
+    path = write_spec(trials=[{"method": "ets", "ratio": 0.2, "lr": 1e-3}])
+    with pytest.raises(ConfigError) as excinfo:
+        load_spec(path)
+    assert "trials[0]" in str(excinfo.value) and "lr" in str(excinfo.value)
+
+
+def test_ratio_zero_is_named(write_spec) -> None:
+    path = write_spec(grid={"method": ["ets"], "ratio": [0.2, 0.0]})
+    with pytest.raises(ConfigError) as excinfo:
+        load_spec(path)
+    message = str(excinfo.value)
+    assert "grid.ratio" in message and "ratio[1]=0.0" in message
+
+
+def test_method_needing_a_ratio_without_one_names_trial_and_field(write_spec, preset_file: Path) -> None:
+    # The base preset has a ratio; an explicit trial through a base whose ratio is removed has none.
+    path = write_spec(base={"preset": str(preset_file), "overrides": {"selection.ratio": None}}, grid={"method": ["ets"]})
+    spec = load_spec(path)
+    with pytest.raises(ConfigError) as excinfo:
+        expand(spec)
+    message = str(excinfo.value)
+    assert "trial 0 (method=ets)" in message
+    assert "selection" in message and "ratio: method 'ets' needs a ratio" in message
+
+
+def test_bad_spec_exits_before_starting_ray_or_mlflow(write_spec, tmp_path: Path, capsys) -> None:
+    path = write_spec(grid={"method": ["ets"], "ratio": [0.0]})
+    output = tmp_path / "out"
+    assert sweep_cli.main([str(path), "--output-dir", str(output)]) == sweep_cli.EXIT_BAD_SPEC
+    assert "grid.ratio" in capsys.readouterr().out
+    assert not ray.is_initialized()
+    assert not output.exists()  # no sweep folder, no MLflow store
+
+
+def test_none_collapses_ratio_and_mode(write_spec) -> None:
+    spec = load_spec(write_spec(grid={"method": ["none", "ets"], "ratio": [0.1, 0.5], "mode": ["top", "bottom"]}))
+    points = grid_points(spec)
+    assert points[0] == {"method": "none"}
+    assert sum(p["method"] == "none" for p in points) == 1
+    assert len(points) == 1 + 2 * 2
+    trials = expand(spec)
+    baseline = trials[0].config.selection
+    assert baseline.method == "none" and baseline.ratio is None  # the preset's ratio 0.2 was cleared
+
+
+def test_exclusions_and_explicit_trials(write_spec) -> None:
+    spec = load_spec(
+        write_spec(
+            grid={"method": ["ets", "gmts"], "ratio": [0.2, 0.5], "seed": [0, 1]},
+            exclude=[{"method": "ets", "ratio": 0.5}, {"seed": 1, "ratio": 0.2}],
+            trials=[{"method": "random", "ratio": 0.2, "seed": 7}, {"method": "gmts", "ratio": 0.2, "seed": 0}],
+        )
+    )
+    points = grid_points(spec)
+    assert points == [
+        {"method": "ets", "ratio": 0.2, "seed": 0},
+        {"method": "gmts", "ratio": 0.2, "seed": 0},
+        {"method": "gmts", "ratio": 0.5, "seed": 0},
+        {"method": "gmts", "ratio": 0.5, "seed": 1},
+        {"method": "random", "ratio": 0.2, "seed": 7},  # the explicit gmts trial duplicates a grid point
+    ]
+    trials = expand(spec)
+    assert [t.config.training.seed for t in trials] == [0, 0, 0, 1, 7]
+    assert trials[4].config.selection.method == "random"
+    assert len({t.name for t in trials}) == len(trials)
+
+
+def test_everything_excluded_is_an_error(write_spec) -> None:
+    spec = load_spec(write_spec(grid={"method": ["ets"], "ratio": [0.2]}, exclude=[{"method": "ets"}]))
+    with pytest.raises(ConfigError, match="no trial"):
+        expand(spec)
+
+
+def test_nested_set_override_changes_one_field(write_spec) -> None:
+    path = write_spec(grid={"method": ["ets"], "ratio": [0.2]})
+    spec = load_spec(path, ["base.overrides.training.steps=7", "base.overrides.learner.lr=0.01"])
+    config = expand(spec)[0].config
+    assert config.training.steps == 7 and config.learner.lr == 0.01
+    assert config.learner.mini_batch_size == 16  # the rest of the section is the preset's
+
+
+@pytest.mark.parametrize("name", CPU_SPECS)
+def test_shipped_cpu_specs_expand(name: str) -> None:
+    assert name in spec_names()
+    trials = expand(load_spec(name))
+    methods = {t.point["method"] for t in trials}
+    assert {"none", "ets", "gmts"} <= methods
+
+
+def test_cpu_ablation_grid_size() -> None:
+    trials = expand(load_spec("cpu-ablation"))
+    # (1 baseline + 2 methods × 9 ratios × 2 modes) × 2 sizes × 2 algorithms × 2 seeds
+    assert len(trials) == (1 + 2 * 9 * 2) * 2 * 2 * 2
+    assert {t.config.model.size_label for t in trials} == {"tiny-s", "tiny-m"}
+    assert {t.config.algorithm.name for t in trials} == {"grpo", "dapo"}

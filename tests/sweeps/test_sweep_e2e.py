@@ -1,0 +1,195 @@
+"""End to end: a real 2-trial sweep (Ray Tune, the tiny model, a real SQLite MLflow store), with the
+two faults a sweep must survive, run once for the whole module:
+
+1. while trial 0 runs, its learner actor's process is killed (SIGKILL) right after its first
+   checkpoint: Tune restarts the trial, which resumes from that checkpoint, not from zero;
+2. while trial 1 runs, the sweep itself is interrupted (SIGINT, as Ctrl-C): ``--resume`` then
+   reruns only trial 1, from its checkpoint, and finishes the sweep.
+
+The faults come from the test harness watching the sweep's files and processes (the CLI runs in a
+subprocess; its embedded Ray cluster is its own descendants, so only this sweep's learner is
+killed): production code has no test hook.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from sweeps.tracking import PARENT_TAG, SWEEP_ID_TAG
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS, CHECKPOINT_EVERY = 6, 2
+LEARNER_PROCESS = "ray::LearnerActor"
+PRESET = {
+    "extends": "cpu-tiny-s",
+    "warmup": {"steps": 20, "examples": 500},
+    "rollout": {"n_samples": 4},
+    "data": {"eval": {"arithmetic": {"source": "arithmetic", "split": "test", "limit": 16}}, "prompts_per_step": 8},
+    "learner": {"mini_batch_size": 32, "micro_batch_size": 32},
+    "training": {"steps": STEPS},
+    "evaluation": {"interval": 0},
+    "checkpoint": {"interval": CHECKPOINT_EVERY, "keep_last": 2},
+    "resources": {"cpus_per_rollout_actor": 0.99},  # with the driver's 0.01 CPU: a 2-CPU placement group
+}
+
+
+def _checkpoint(sweep_dir: Path, trial: str, step: int) -> Path:
+    return sweep_dir / trial / "checkpoints" / f"step_{step:06d}" / "run_state.json"
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc.poll() is not None:
+            raise AssertionError(f"the sweep exited (rc {proc.returncode}) before {what}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _learner_processes(root_pid: int) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(root_pid).children(recursive=True):
+        try:
+            if child.cmdline() and child.cmdline()[0].startswith(LEARNER_PROCESS):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sweeps.run", *args]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("e2e")
+    (tmp / "preset.yaml").write_text(yaml.safe_dump(PRESET))
+    spec = {"name": "e2e", "base": {"preset": str(tmp / "preset.yaml")}, "max_failures": 2,
+            "grid": {"method": ["ets", "gmts"], "ratio": [0.2], "mode": ["top"], "seed": [0]}}
+    (tmp / "e2e.yaml").write_text(yaml.safe_dump(spec))
+    out = tmp / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
+    env.update(PYTHONUNBUFFERED="1", COLUMNS="200")
+
+    started = time.monotonic()
+    with open(tmp / "first.log", "w") as log:
+        proc = subprocess.Popen(_cli(str(tmp / "e2e.yaml"), "--output-dir", str(out)), cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        try:
+            sweep_dir = _wait_for(lambda: next(iter(out.glob("e2e-*/sweep.json")), None), proc, 120, "sweep.json").parent
+            _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t000", CHECKPOINT_EVERY).is_file(), proc, 600,
+                      "trial 0's first checkpoint")
+            learners = _wait_for(lambda: _learner_processes(proc.pid), proc, 60, "trial 0's learner process")
+            for learner in learners:
+                learner.send_signal(signal.SIGKILL)
+            _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", CHECKPOINT_EVERY).is_file(), proc, 600,
+                      "trial 1's first checkpoint")
+            proc.send_signal(signal.SIGINT)
+            first_rc = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    first_seconds = time.monotonic() - started
+
+    started = time.monotonic()
+    resumed = subprocess.run(_cli(str(tmp / "e2e.yaml"), "--output-dir", str(out), "--resume"), cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=900)
+    (tmp / "resume.log").write_text(resumed.stdout + resumed.stderr)
+    return {
+        "tmp": tmp, "out": out, "sweep_dir": sweep_dir, "sweep_id": sweep_dir.name, "killed": learners,
+        "first_rc": first_rc, "first_log": (tmp / "first.log").read_text(),
+        "resume_rc": resumed.returncode, "resume_log": resumed.stdout + resumed.stderr,
+        "seconds": (first_seconds, time.monotonic() - started),
+        "client": MlflowClient(f"sqlite:///{out / 'mlflow.db'}"),
+    }
+
+
+def _children(sweep: dict) -> tuple[object, list]:
+    client = sweep["client"]
+    ids = [e.experiment_id for e in client.search_experiments()]
+    parents = client.search_runs(ids, f"tags.`{SWEEP_ID_TAG}` = '{sweep['sweep_id']}'")
+    parents = [p for p in parents if PARENT_TAG not in p.data.tags]
+    assert len(parents) == 1
+    children = client.search_runs(ids, f"tags.`{PARENT_TAG}` = '{parents[0].info.run_id}'")
+    return parents[0], children
+
+
+def test_interrupted_sweep_resumes_and_finishes(sweep: dict) -> None:
+    print("wall seconds (first run, resume):", sweep["seconds"])
+    assert sweep["first_rc"] == 3, sweep["first_log"][-3000:]  # interrupted, trial 1 unfinished
+    assert sweep["resume_rc"] == 0, sweep["resume_log"][-5000:]
+    assert "e2e-t001" in sweep["first_log"].split("unfinished:")[-1]
+    # Only the unfinished trial ran again.
+    assert "e2e-t001: step" in sweep["resume_log"]
+    assert "e2e-t000: step" not in sweep["resume_log"]
+    assert "gmts" in sweep["resume_log"] and "mlflow ui --backend-store-uri" in sweep["resume_log"]
+
+
+def test_parent_and_children_in_mlflow(sweep: dict) -> None:
+    parent, children = _children(sweep)
+    assert parent.info.status == "FINISHED"
+    params = parent.data.params
+    assert params["spec_name"] == "e2e" and params["grid_size"] == "2" and len(params["spec_hash"]) == 12
+    assert params["code_version"]
+    client = sweep["client"]
+    assert "spec.yaml" in {a.path for a in client.list_artifacts(parent.info.run_id)}
+    # One run per trial: each fault came after a checkpoint, so each trial reopened its own run.
+    assert sorted(c.data.params["method"] for c in children) == ["ets", "gmts"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        p = child.data.params
+        assert (p["ratio"], p["mode"], p["algorithm"], p["seed"], p["model_size"]) == ("0.2", "top", "grpo", "0", "tiny-s")
+        assert "eval/arithmetic/accuracy" in child.data.metrics
+
+
+def test_no_metric_step_logged_twice(sweep: dict) -> None:
+    client = sweep["client"]
+    _, children = _children(sweep)
+    for child in children:
+        for key in child.data.metrics:
+            steps = [m.step for m in client.get_metric_history(child.info.run_id, key)]
+            assert len(steps) == len(set(steps)), (child.data.params["method"], key, sorted(steps))
+        reward_steps = sorted(m.step for m in client.get_metric_history(child.info.run_id, "reward/mean"))
+        assert reward_steps == list(range(1, STEPS + 1))
+
+
+def test_killed_learner_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
+    assert sweep["killed"], "no learner process was killed"
+    # Tune's own record of trial 0's reports: the first report of each attempt has
+    # iterations_since_restore == 1; the second attempt starts right after a checkpoint, not at 1.
+    tune_dir = sweep["out"] / "ray_results" / sweep["sweep_id"]
+    result_file = next(tune_dir.glob("*trial=e2e-t000*/result.json"))
+    rows = [json.loads(line) for line in result_file.read_text().splitlines() if line.strip()]
+    attempt_starts = [row["step"] for row in rows if row["iterations_since_restore"] == 1]
+    assert len(attempt_starts) == 2 and attempt_starts[0] == 1, attempt_starts
+    assert attempt_starts[1] > 1 and (attempt_starts[1] - 1) % CHECKPOINT_EVERY == 0, attempt_starts
+    assert rows[-1]["step"] == STEPS and rows[-1]["final"] == 1
+    assert "restarted by Tune after step" in sweep["first_log"]
+
+
+def test_report_artifacts_on_the_parent(sweep: dict) -> None:
+    parent, _ = _children(sweep)
+    listed = {a.path for a in sweep["client"].list_artifacts(parent.info.run_id, "ablation")}
+    for name in ("ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
+                 "learning_curves.png"):
+        assert f"ablation/{name}" in listed
+    table = json.loads((sweep["sweep_dir"] / "report" / "ablation.json").read_text())
+    gmts = [c for c in table["cells"] if c["method"] == "gmts" and c["metric"] == "accuracy"]
+    assert len(gmts) == 1 and gmts[0]["delta_vs_ets"] is not None

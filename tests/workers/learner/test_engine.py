@@ -1,0 +1,196 @@
+"""LearnerEngine on a tiny Qwen2 with real DeepSpeed (one process, gloo)."""
+
+import itertools
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from workers.learner.batch import TrainBatch
+from workers.learner.config import LearnerConfig
+from workers.learner.engine import LearnerEngine, init_process_group
+from workers.learner.losses import PolicyLossConfig
+from workers.learner.selection import SelectionConfig
+
+pytestmark = pytest.mark.slow
+
+VOCAB = 20
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    if not dist.is_initialized():
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        init_process_group(rank=0, world_size=1, master_addr="127.0.0.1", master_port=port)
+    folder = tmp_path_factory.mktemp("tiny_qwen2")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        config = Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                             intermediate_size=128, vocab_size=VOCAB)
+        Qwen2ForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+def make_batch(groups=4, group_size=4, seed=0) -> TrainBatch:
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses, group_ids = [], [], []
+    for group in range(groups):
+        prompt = torch.randint(1, VOCAB, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(group_size):
+            prompts.append(prompt)
+            length = int(torch.randint(2, 9, (1,), generator=g))
+            responses.append(torch.randint(1, VOCAB, (length,), generator=g).tolist())
+            group_ids.append(group)
+    return TrainBatch.from_lists(prompts, responses, torch.randn(len(prompts), generator=g), group_ids, pad_id=0)
+
+
+def make_engine(model_dir, loss=None, selection=None, use_reference=False, **learner) -> LearnerEngine:
+    learner = {"lr": 1e-2, "mini_batch_size": 8, "micro_batch_size": 4} | learner
+    return LearnerEngine(model_dir, LearnerConfig(**learner), loss or PolicyLossConfig(),
+                         selection or SelectionConfig(method="ets", ratio=0.5), temperature=1.0,
+                         use_reference=use_reference)
+
+
+def weights(engine: LearnerEngine) -> dict[str, torch.Tensor]:
+    return engine.state_dict_for_inference()
+
+
+@pytest.mark.parametrize("zero_stage,bf16", [(0, False), (3, False), (0, True)])
+def test_train_step_changes_weights_and_lowers_the_loss_on_a_fixed_batch(model_dir, zero_stage, bf16):
+    # One mini-batch per step: each step's loss/total is the loss at the weights before its update.
+    # Every token selected: a fixed objective (a selection would change with the entropy each step).
+    engine = make_engine(model_dir, zero_stage=zero_stage, bf16=bf16, lr=1e-3, mini_batch_size=16,
+                         loss=PolicyLossConfig(clip_low=0.5, clip_high=0.5), selection=SelectionConfig())
+    batch = engine.compute_reference_stats(make_batch())  # π_old stays fixed: the surrogate can go down
+    before = weights(engine)
+    assert set(before) == {name for name, _ in Qwen2ForCausalLM.from_pretrained(model_dir).named_parameters()}
+    losses = [engine.train_step(batch, step=s)["loss/total"] for s in range(5)]
+    after = weights(engine)
+    assert all(not torch.equal(before[name], after[name]) for name in before)
+    assert losses[-1] < losses[0] - 0.05, losses
+    assert all(later < earlier for earlier, later in itertools.pairwise(losses)), losses
+
+
+def test_zero_stages_and_gradient_checkpointing_take_the_same_step(model_dir):
+    batch = make_batch()
+    results = []
+    for options in ({"zero_stage": 0}, {"zero_stage": 3}, {"zero_stage": 0, "gradient_checkpointing": True}):
+        engine = make_engine(model_dir, ppo_epochs=2, **options)
+        prepared = engine.compute_reference_stats(batch)
+        activations = []  # an MLP activation inside a layer: it runs again in backward when checkpointed
+        engine.model.get_decoder().layers[0].mlp.act_fn.register_forward_hook(lambda *_, seen=activations: seen.append(1))
+        metrics = engine.train_step(prepared, step=0)
+        forwards = 2 * 2 * 2  # epochs × mini-batches × micro-batches
+        assert len(activations) == forwards * (2 if options.get("gradient_checkpointing") else 1)
+        results.append((metrics, weights(engine)))
+    (m0, w0) = results[0]
+    for metrics, state in results[1:]:
+        assert metrics["optim/grad_norm"] == pytest.approx(m0["optim/grad_norm"], rel=1e-4)
+        assert metrics["loss/total"] == pytest.approx(m0["loss/total"], rel=1e-4, abs=1e-6)
+        for name in w0:
+            # Adam's first steps are ≈ lr·sign(g): float noise can flip a near-zero gradient's sign
+            torch.testing.assert_close(state[name], w0[name], atol=1e-4, rtol=0)
+
+
+def test_logprobs_match_a_plain_full_forward(model_dir):
+    """The response-positions-only forward reads the same log π as HF's full logits, shifted by one."""
+    engine = make_engine(model_dir, loss=PolicyLossConfig(kl_coef=0.1), use_reference=True)
+    batch = make_batch(groups=2)
+    prepared = engine.compute_reference_stats(batch)
+    reference = Qwen2ForCausalLM.from_pretrained(model_dir).eval()
+    with torch.no_grad():
+        full = torch.log_softmax(reference(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits, -1)
+    expected = torch.zeros_like(batch.response_mask)
+    for b in range(batch.batch_size):
+        start = int(batch.prompt_lengths[b])
+        for j in range(int(batch.response_mask[b].sum())):
+            expected[b, j] = full[b, start - 1 + j, batch.input_ids[b, start + j]]
+    torch.testing.assert_close(prepared.old_logp, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(prepared.ref_logp, expected, atol=1e-5, rtol=0)
+    row = 3
+    prompt = batch.input_ids[row, : batch.prompt_lengths[row]].tolist()
+    response = batch.input_ids[row, batch.prompt_lengths[row]: batch.attention_mask[row].sum()].tolist()
+    assert engine.sequence_logprobs(prompt, response) == pytest.approx(
+        expected[row, : len(response)].tolist(), abs=1e-5)
+
+
+def test_one_forward_per_micro_batch_and_lm_head_only_at_response_tokens(model_dir):
+    engine = make_engine(model_dir, ppo_epochs=2, selection=SelectionConfig(method="gmts_exact", ratio=0.3),
+                         gradient_norm_stats=True)
+    batch = engine.compute_reference_stats(make_batch())  # 16 sequences: 2 mini-batches × 2 micro-batches
+    decoder_calls, head_rows = [], []
+    hooks = [
+        engine.model.get_decoder().register_forward_hook(lambda module, args, kwargs, out: decoder_calls.append(1),
+                                                         with_kwargs=True),
+        engine.model.get_output_embeddings().register_forward_hook(
+            lambda module, args, out: head_rows.append(args[0].shape[0])),
+    ]
+    try:
+        metrics = engine.train_step(batch, step=0)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(decoder_calls) == 2 * 2 * 2  # epochs × mini-batches × micro-batches
+    assert sum(head_rows) == 2 * int(batch.response_mask.sum())  # every response token, once per epoch
+    assert metrics["optim/steps"] == 4
+    assert 0 < metrics["selection/selected_fraction"] <= 0.5
+    assert -1 <= metrics["selection/spearman_entropy_gradnorm"] <= 1
+
+
+def test_on_policy_batch_needs_no_old_logp_but_several_mini_batches_do(model_dir):
+    engine = make_engine(model_dir, mini_batch_size=16)
+    metrics = engine.train_step(make_batch(), step=0)  # one epoch, one mini-batch: π_old = π
+    assert metrics["policy/approx_kl_old"] == 0.0
+    assert metrics["loss/clip_fraction_high"] == 0.0
+    engine = make_engine(model_dir, mini_batch_size=8)
+    with pytest.raises(ValueError, match="old_logp is missing"):
+        engine.train_step(make_batch(), step=0)
+
+
+def test_apply_to_advantage_and_loss_give_different_updates(model_dir):
+    batch = make_batch()
+    results = {}
+    for apply_to in ("advantage", "loss"):
+        engine = make_engine(model_dir, loss=PolicyLossConfig(loss_agg="seq-mean-token-mean"),
+                             selection=SelectionConfig(method="ets", ratio=0.3, apply_to=apply_to))
+        prepared = engine.compute_reference_stats(batch)
+        metrics = [engine.train_step(prepared, step=s) for s in range(2)]
+        results[apply_to] = (metrics, weights(engine))
+    (m_adv, w_adv), (m_loss, w_loss) = results["advantage"], results["loss"]
+    # Same tokens selected, but 'loss' averages each answer over its selected tokens only.
+    assert abs(m_loss[0]["loss/pg"] - m_adv[0]["loss/pg"]) > 1e-3
+    assert m_adv[0]["selection/selected_fraction"] == m_loss[0]["selection/selected_fraction"]
+    assert max((w_adv[n] - w_loss[n]).abs().max() for n in w_adv) > 1e-4
+
+
+def test_kl_needs_a_reference(model_dir):
+    with pytest.raises(ValueError, match="use_reference"):
+        make_engine(model_dir, loss=PolicyLossConfig(kl_coef=0.1))
+
+
+@pytest.mark.parametrize("zero_stage", [0, 3])
+def test_checkpoint_round_trip_resumes_exactly(model_dir, tmp_path, zero_stage):
+    batch = make_batch()
+    engine = make_engine(model_dir, zero_stage=zero_stage)
+    prepared = engine.compute_reference_stats(batch)
+    engine.train_step(prepared, step=0)
+    saved = weights(engine)
+    engine.save_checkpoint(tmp_path / "ckpt", client_state={"step": 1, "note": "after step 0"})
+    first = engine.train_step(prepared, step=1)
+    continued = weights(engine)
+
+    fresh = make_engine(model_dir, zero_stage=zero_stage)  # a new process would start like this
+    assert fresh.load_checkpoint(tmp_path / "ckpt") == {"step": 1, "note": "after step 0"}
+    for name, tensor in weights(fresh).items():
+        assert torch.equal(tensor, saved[name]), name
+    second = fresh.train_step(prepared, step=1)  # Adam moments restored ⇒ the same update
+    for name, tensor in weights(fresh).items():
+        assert torch.equal(tensor, continued[name]), name
+    assert second["loss/total"] == first["loss/total"]
+    with pytest.raises(FileNotFoundError):
+        fresh.load_checkpoint(tmp_path / "nothing_here")

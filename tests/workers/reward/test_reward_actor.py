@@ -1,0 +1,47 @@
+import pytest
+
+from workers.problem import Problem
+from workers.reward.actor import RewardWorker
+from workers.reward.config import RewardConfig
+from workers.reward.results import RewardBatchStats, RewardResult
+
+CONFIG = RewardConfig(num_workers=1)
+
+
+def _batch():
+    problems = [Problem(id=f"add-{i}", prompt=f"{i}+{i}=", answer=str(2 * i), domain="arithmetic") for i in range(6)]
+    completions = [str(2 * i) if i % 2 == 0 else "0" for i in range(6)]
+    problems.append(Problem(id="m", prompt="What is 36 + 22?", answer="58", domain="math"))
+    completions.append("36 + 22 = 58")  # math-verify inside the actor's worker process
+    return completions, problems
+
+
+def test_plain_class_scores_without_ray():
+    worker = RewardWorker(CONFIG)
+    try:
+        completions, problems = _batch()
+        assert [r.score for r in worker.score(completions, problems)] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+        assert worker.last_batch_stats() == RewardBatchStats(n=7, n_failed=0, n_timeout=0, mean_score=4 / 7)
+    finally:
+        worker.close()
+
+
+@pytest.mark.slow
+def test_ray_actors_score_a_batch_whole_and_split():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        remote_worker = ray.remote(num_cpus=0)(RewardWorker)
+        workers = [remote_worker.remote(CONFIG) for _ in range(2)]
+        completions, problems = _batch()
+        whole = ray.get(workers[0].score.remote(completions, problems))
+        assert all(isinstance(result, RewardResult) for result in whole)
+        assert [r.score for r in whole] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+        # Split across the two actors, as the actor module's docstring shows: same results, same order.
+        chunk = -(-len(completions) // len(workers))
+        futures = [w.score.remote(completions[i * chunk:(i + 1) * chunk], problems[i * chunk:(i + 1) * chunk])
+                   for i, w in enumerate(workers)]
+        assert [r for part in ray.get(futures) for r in part] == whole
+        ray.get([w.close.remote() for w in workers])
+    finally:
+        ray.shutdown()

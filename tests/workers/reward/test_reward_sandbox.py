@@ -1,0 +1,363 @@
+"""The sandbox against hostile programs: each attack is run for real and its effect on the host measured.
+
+Attacks that are harmless when they succeed (writing a file, connecting to a local port, killing a
+`sleep` we own) also run once without isolation, to prove the test would notice a successful attack.
+"""
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from workers.reward.config import SandboxConfig
+from workers.reward import sandbox_boot
+from workers.reward.sandbox import isolation_plan, isolation_plan_for, run_python_in_sandbox
+
+LIMITS = dict(cpu_seconds=2, memory_mb=256, file_size_mb=4, max_processes=8, wall_timeout_s=5.0, workdir_mb=16)
+LAYERS = {
+    "all": dict(use_namespaces=True, use_landlock=True, use_seccomp=True),
+    "namespaces": dict(use_namespaces=True, use_landlock=False, use_seccomp=False),
+    "landlock": dict(use_namespaces=False, use_landlock=True, use_seccomp=False),
+    "seccomp": dict(use_namespaces=False, use_landlock=False, use_seccomp=True),
+    "none": dict(use_namespaces=False, use_landlock=False, use_seccomp=False),  # resource limits only
+}
+
+
+def _config(layers: str, **overrides) -> SandboxConfig:
+    """The sandbox with only ``layers`` on; skips the test where one of them does not work here."""
+    config = SandboxConfig(**{**LIMITS, **LAYERS[layers], **overrides})
+    available = isolation_plan_for(config).layers
+    for layer in ("namespaces", "landlock", "seccomp"):
+        if getattr(config, f"use_{layer}") and layer not in available:
+            pytest.skip(f"{layer} does not work on this machine")
+    return config
+
+
+def _run(source: str, config: SandboxConfig):
+    return run_python_in_sandbox(textwrap.dedent(source), config)
+
+
+def _number_after(label: str, output: str) -> int:
+    return int(output.split(label)[1].split()[0])
+
+
+def _sandbox_processes(marker: str) -> list[int]:
+    """Host pids whose command line mentions ``marker`` (the sandbox's temp directory)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and marker in Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return pids
+
+
+# --- the program runs, and its result comes back --------------------------------------------------
+
+@pytest.mark.parametrize("layers", list(LAYERS))
+def test_a_well_behaved_program_runs_writes_its_directory_and_reports_its_exit_code(layers):
+    result = _run(
+        """
+        import pathlib, sys
+        pathlib.Path("scratch.txt").write_text("kept")
+        print("read back:", pathlib.Path("scratch.txt").read_text())
+        sys.exit(3)
+        """,
+        _config(layers),
+    )
+    assert result.exit_code == 3 and not result.timed_out
+    assert "read back: kept" in result.output_tail
+    assert result.layers[:-1] == tuple(name for name in ("namespaces", "landlock", "seccomp")
+                                       if LAYERS[layers][f"use_{name}"])
+
+
+def test_failed_assertion_is_exit_code_one():
+    result = _run("assert 1 + 1 == 3\n", _config("all"))
+    assert result.exit_code == 1 and "AssertionError" in result.output_tail
+    assert not result.passed
+
+
+def test_threads_subprocesses_and_asyncio_still_work():
+    result = _run(
+        """
+        import asyncio, subprocess, sys, threading
+        threads = [threading.Thread(target=lambda: None) for _ in range(3)]
+        for thread in threads: thread.start()
+        for thread in threads: thread.join()
+        async def answer(): return 42
+        print("asyncio", asyncio.run(answer()))
+        print("child", subprocess.run([sys.executable, "-c", "print(7)"], capture_output=True, text=True).stdout)
+        """,
+        _config("all"),
+    )
+    assert result.exit_code == 0, result.output_tail
+    assert "asyncio 42" in result.output_tail and "child 7" in result.output_tail
+
+
+def test_environment_is_minimal(monkeypatch):
+    monkeypatch.setenv("GMTS_SECRET_TOKEN", "do-not-leak")
+    result = _run("import os\nprint(sorted(os.environ))\n", _config("all"))
+    assert "GMTS_SECRET_TOKEN" not in result.output_tail
+    assert "'HOME'" in result.output_tail and "'PATH'" in result.output_tail
+
+
+# --- resource limits (they hold with or without the isolation layers) ------------------------------
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_busy_loop_is_stopped_by_the_cpu_limit(layers):
+    # A generous wall clock, so that only the CPU limit can end it (the machine may be busy).
+    result = _run("while True:\n    pass\n", _config(layers, wall_timeout_s=30.0))
+    assert not result.timed_out
+    assert result.exit_code == -signal.SIGXCPU  # at 2 s of CPU; the hard limit would SIGKILL 1 s later
+
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_sleeping_forever_is_killed_at_the_wall_clock_limit(layers):
+    started = time.monotonic()
+    result = _run("import time\nprint('sleeping', flush=True)\ntime.sleep(3600)\n", _config(layers))
+    elapsed = time.monotonic() - started
+    assert result.timed_out and "sleeping" in result.output_tail
+    assert LIMITS["wall_timeout_s"] <= elapsed < LIMITS["wall_timeout_s"] + 2
+
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_fork_bomb_is_capped_at_max_processes_and_leaves_nothing_behind(layers):
+    result = _run(
+        """
+        import os, time
+        print("dir", os.path.dirname(os.path.abspath(__file__)), flush=True)
+        forks = 0
+        while forks < 1000:
+            try:
+                if os.fork() == 0:
+                    time.sleep(3600)
+                    os._exit(0)
+            except OSError:
+                break
+            forks += 1
+        print("forks", forks, flush=True)
+        """,
+        _config(layers),
+    )
+    # The program is the first of its 8 processes. Without namespaces the limit counts every process
+    # of the sandbox's uid, so one left by another sandbox may take a slot.
+    forks = _number_after("forks", result.output_tail)
+    assert forks == LIMITS["max_processes"] - 1 if layers == "all" else 0 < forks <= LIMITS["max_processes"] - 1
+    time.sleep(0.2)
+    assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []  # the sleepers died too
+
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_classic_fork_bomb_ends_and_leaves_nothing_behind(layers):
+    started = time.monotonic()
+    result = _run(
+        """
+        import os
+        print("dir", os.path.dirname(os.path.abspath(__file__)), flush=True)
+        while True:
+            try:
+                os.fork()
+            except OSError:
+                pass
+        """,
+        _config(layers),
+    )
+    assert not result.passed
+    assert time.monotonic() - started < LIMITS["wall_timeout_s"] + 6
+    assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
+
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_memory_bomb_is_capped_at_the_address_space_limit(layers):
+    result = _run(
+        """
+        chunks = []
+        try:
+            while True:
+                chunks.append(bytearray(16 << 20))
+        except MemoryError:
+            print("allocated_mb", 16 * len(chunks))
+        """,
+        _config(layers),
+    )
+    assert result.exit_code == 0
+    assert 0 < _number_after("allocated_mb", result.output_tail) < LIMITS["memory_mb"]
+
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_file_size_is_capped(layers):
+    result = _run(
+        """
+        written = 0
+        try:
+            with open("big.bin", "wb") as big:
+                for _ in range(64):
+                    big.write(b"x" * (1 << 20))
+                    big.flush()
+                    written += 1
+        except OSError as error:
+            print("stopped", error.errno)
+        print("written_mb", written)
+        """,
+        _config(layers),
+    )
+    assert "stopped" in result.output_tail
+    assert _number_after("written_mb", result.output_tail) <= LIMITS["file_size_mb"]
+
+
+# --- isolation: each attack against each layer; "none" is the control that shows the attack works ----
+
+_WRITE_OUTSIDE = """
+import os, sys
+for target in {targets!r}:
+    try:
+        with open(target, "w") as stolen:
+            stolen.write("pwned")
+        print("WROTE", target)
+    except OSError as error:
+        print("blocked", target, error.strerror)
+# Also try to change the program file itself, one directory above the working directory.
+try:
+    with open(os.path.abspath(__file__), "a") as program:
+        program.write("# pwned")
+    print("WROTE program")
+except OSError as error:
+    print("blocked program", error.strerror)
+"""
+
+
+@pytest.mark.parametrize(("layers", "blocked"),
+                         [("all", True), ("namespaces", True), ("landlock", True), ("seccomp", False), ("none", False)])
+def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
+    sentinel = tmp_path / "outside" / "sentinel.txt"
+    sentinel.parent.mkdir()
+    in_repo = Path(__file__).parent / f"sandbox-escape-{os.getpid()}.txt"
+    targets = [str(sentinel), str(in_repo)] if blocked else [str(sentinel)]  # controls stay out of the repo
+    try:
+        result = _run(_WRITE_OUTSIDE.format(targets=targets), _config(layers))
+        assert result.exit_code == 0, result.output_tail
+        if blocked:
+            assert "WROTE" not in result.output_tail
+            assert not sentinel.exists() and not in_repo.exists()
+        else:
+            assert sentinel.read_text() == "pwned" and "WROTE program" in result.output_tail
+    finally:
+        in_repo.unlink(missing_ok=True)
+
+
+_CONNECT_TCP = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"hello")
+    print("CONNECTED")
+except OSError as error:
+    print("refused", error.errno, error.strerror)
+"""
+
+
+def _connection_arrives(listener: socket.socket) -> bool:
+    listener.settimeout(0.5)
+    try:
+        connection, _ = listener.accept()
+    except TimeoutError:
+        return False
+    connection.close()
+    return True
+
+
+@pytest.mark.parametrize(("layers", "blocked"),
+                         [("all", True), ("namespaces", True), ("landlock", True), ("seccomp", True), ("none", False)])
+def test_tcp_connection_to_the_host(layers, blocked):
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        result = _run(_CONNECT_TCP.format(port=listener.getsockname()[1]), _config(layers))
+        assert ("CONNECTED" not in result.output_tail) == blocked
+        assert _connection_arrives(listener) != blocked
+
+
+_CONNECT_UNIX = """
+import socket
+try:
+    socket.socket(socket.AF_UNIX).connect({path!r})
+    print("CONNECTED")
+except OSError as error:
+    print("refused", error.errno, error.strerror)
+"""
+
+
+@pytest.mark.parametrize(("layers", "blocked"),
+                         [("all", True), ("namespaces", False), ("landlock", False), ("seccomp", True), ("none", False)])
+def test_unix_socket_of_a_host_service(layers, blocked, tmp_path):
+    # Like Ray's raylet socket: a read-only mount does not stop connect() to a socket file, nor does
+    # Landlock (up to ABI 7) — only the seccomp layer does.
+    tmp_path.chmod(0o755)
+    path = str(tmp_path / "service.sock")
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(path)
+        listener.listen()
+        result = _run(_CONNECT_UNIX.format(path=path), _config(layers))
+        assert ("CONNECTED" not in result.output_tail) == blocked
+        assert _connection_arrives(listener) != blocked
+
+
+_KILL = """
+import os, signal
+try:
+    os.kill({pid}, signal.SIGKILL)
+    print("KILLED")
+except OSError as error:
+    print("refused", error.strerror)
+"""
+
+
+@pytest.mark.parametrize(("layers", "blocked"),
+                         [("all", True), ("namespaces", True), ("landlock", True), ("none", False)])
+def test_signal_to_a_host_process(layers, blocked):
+    if layers == "landlock" and sandbox_boot.landlock_abi() < 6:
+        pytest.skip("Landlock scopes signals from ABI 6 on")
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        _run(_KILL.format(pid=victim.pid), _config(layers))
+        time.sleep(0.1)
+        assert (victim.poll() is None) == blocked
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_missing_unshare_falls_back_with_a_warning(monkeypatch, tmp_path, caplog):
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no unshare to find
+    isolation_plan.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING, logger="workers.reward.sandbox"):
+            plan = isolation_plan_for(SandboxConfig(use_landlock=False, use_seccomp=False))
+        assert plan.unshare_command == () and plan.layers == ("rlimits",)
+        assert "cannot use namespaces here (the unshare command is missing)" in caplog.text
+    finally:
+        isolation_plan.cache_clear()
+
+
+def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
+    # Landlock cannot grant a working directory that does not exist: the program must never run.
+    ran = tmp_path / "ran.txt"
+    program = tmp_path / "program.py"
+    program.write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
+    spec = sandbox_boot.BootSpec(
+        program=str(program), workdir=str(tmp_path / "missing"), unshare_command=[], landlock=True, seccomp=False,
+        isolate_network=True, cpu_seconds=2, memory_bytes=256 << 20, file_size_bytes=1 << 20, max_processes=4,
+        workdir_bytes=1 << 20, status_fd=-1,
+    )
+    if sandbox_boot.landlock_abi() < 1:
+        pytest.skip("Landlock does not work on this machine")
+    boot = subprocess.run([sys.executable, "-I", sandbox_boot.__file__, spec.to_json()], capture_output=True,
+                          text=True, timeout=30)
+    assert boot.returncode == sandbox_boot.SETUP_FAILED_EXIT
+    assert boot.stderr.startswith(sandbox_boot.SETUP_FAILED_MARKER)
+    assert not ran.exists()

@@ -1,0 +1,115 @@
+"""Acceptance: vLLM's logprobs after an in-place weight update equal transformers' with the same weights."""
+
+import copy
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from workers.models.char_tokenizer import VOCAB
+from workers.rollout.config import RolloutConfig
+from workers.rollout.engine import RolloutEngine
+from workers.rollout.weight_sync import send_weights_via_rpc
+
+TEMPERATURE = 0.7
+PROMPT = [VOCAB[c] for c in "23+45="]
+TOLERANCE = 1e-4  # fp32 on both sides; measured differences are ≈1e-6
+# Longer than one KV block (128 tokens on CPU), so that vLLM's prefix cache holds a full block of it.
+LONG_PROMPT_TOKENS = 160
+
+
+def transformers_logprobs(model, prompt: list[int], response: list[int], temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) of each response token, teacher-forced: what the learner computes."""
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits / temperature, dim=-1).gather(-1, ids[0, len(prompt) :, None])[:, 0]
+
+
+def transformers_argmax(model, prompt: list[int], response: list[int]) -> list[int]:
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        return model(ids).logits[0, len(prompt) - 1 : -1].argmax(-1).tolist()
+
+
+def perturbed(model, seed: int, scale: float = 0.05):
+    new_model = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in new_model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * scale)
+    return new_model
+
+
+@pytest.fixture(scope="module")
+def old_model(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    config = RolloutConfig(temperature=TEMPERATURE, max_new_tokens=24, max_prompt_tokens=LONG_PROMPT_TOKENS)
+    engine = RolloutEngine(tiny_model_dir, config)
+    yield engine
+    engine.shutdown()
+
+
+def assert_close(vllm_values, expected: torch.Tensor) -> None:
+    difference = (torch.tensor(vllm_values) - expected).abs().max().item()
+    assert difference < TOLERANCE, f"max |vLLM - transformers| = {difference}"
+
+
+def test_sampled_logprobs_are_at_the_sampling_temperature(engine, old_model):
+    for sample in engine.generate([PROMPT], n=4):
+        expected = transformers_logprobs(old_model, PROMPT, sample.response_ids, TEMPERATURE)
+        assert_close(sample.response_logprobs, expected)
+        at_temperature_one = transformers_logprobs(old_model, PROMPT, sample.response_ids, 1.0)
+        assert (torch.tensor(sample.response_logprobs) - at_temperature_one).abs().max() > 1e-2
+
+
+def test_update_weights_in_place_matches_transformers(engine, old_model):
+    new_model = perturbed(old_model, seed=0)
+    seconds = engine.update_weights(new_model.state_dict())
+    assert 0 < seconds < 5
+
+    for sample in engine.generate([PROMPT], n=4):
+        new = transformers_logprobs(new_model, PROMPT, sample.response_ids, TEMPERATURE)
+        assert_close(sample.response_logprobs, new)
+        old = transformers_logprobs(old_model, PROMPT, sample.response_ids, TEMPERATURE)
+        assert (torch.tensor(sample.response_logprobs) - old).abs().max() > 1e-2, "weights did not change"
+        assert_close(engine.sequence_logprobs(PROMPT, sample.response_ids),
+                     transformers_logprobs(new_model, PROMPT, sample.response_ids, 1.0))
+
+    (greedy,) = engine.generate([PROMPT], n=1, greedy=True)
+    assert greedy.response_ids == transformers_argmax(new_model, PROMPT, greedy.response_ids)
+
+    # And back: the old weights give the old logprobs again (no state left over from the first update).
+    engine.update_weights(list(old_model.state_dict().items()))
+    assert_close(engine.sequence_logprobs(PROMPT, greedy.response_ids),
+                 transformers_logprobs(old_model, PROMPT, greedy.response_ids, 1.0))
+
+
+def test_bucketed_update_through_the_worker_extension(engine, old_model):
+    """The route used when vLLM runs its workers in other processes (CUDA): bytes via collective_rpc."""
+    new_model = perturbed(old_model, seed=1)
+    state = list(new_model.state_dict().items())
+    send_weights_via_rpc(engine.llm, state, bucket_bytes=64 * 1024)  # several buckets for this model
+    engine.llm.reset_prefix_cache()
+
+    (greedy,) = engine.generate([PROMPT], n=1, greedy=True)
+    assert greedy.response_ids == transformers_argmax(new_model, PROMPT, greedy.response_ids)
+    assert_close(engine.sequence_logprobs(PROMPT, greedy.response_ids),
+                 transformers_logprobs(new_model, PROMPT, greedy.response_ids, 1.0))
+
+
+def test_update_invalidates_cached_prefix_blocks(engine, old_model):
+    """A prompt whose KV blocks were cached under the old weights must be recomputed after an update."""
+    long_prompt = [VOCAB[c] for c in ("12+34=46 " * 20)[:LONG_PROMPT_TOKENS]]
+    engine.update_weights(old_model.state_dict())
+    engine.generate([long_prompt], n=1)  # fills the prefix cache with old-weight KV blocks
+
+    new_model = perturbed(old_model, seed=2)
+    engine.update_weights(new_model.state_dict())
+    (sample,) = engine.generate([long_prompt], n=1)
+    assert_close(sample.response_logprobs,
+                 transformers_logprobs(new_model, long_prompt, sample.response_ids, TEMPERATURE))

@@ -1,0 +1,106 @@
+"""N learner actors that train as one data-parallel DeepSpeed group (OpenRLHF-style actor group).
+
+Rendezvous: rank 0 picks a free port on its node and publishes ``(address, port)``; every rank then
+joins the process group with it at once (``init_process_group`` blocks until all have joined).
+Data: a TrainBatch is cut into one equal shard of whole prompt groups per rank; each rank runs the
+same PPO schedule and DeepSpeed averages the gradients, so the update is that of the whole batch.
+Placement: with a placement group, rank r sits in bundle ``bundle_offset + r`` (see
+``orchestrator.resources``), so a sweep trial's actors stay inside its placement group.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import ray
+import torch
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from workers.learner.actor import LearnerActor
+from workers.learner.batch import TrainBatch
+from workers.learner.config import LearnerConfig
+from workers.learner.losses import PolicyLossConfig
+from workers.learner.selection import SelectionConfig
+
+logger = logging.getLogger(__name__)
+
+
+class LearnerGroup:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        learner: LearnerConfig,
+        loss: PolicyLossConfig,
+        selection: SelectionConfig,
+        temperature: float = 1.0,
+        use_reference: bool = False,
+        placement_group: PlacementGroup | None = None,
+        bundle_offset: int = 0,
+        num_cpus_per_actor: float = 1.0,
+        num_gpus_per_actor: float = 0.0,
+        runtime_env: dict | None = None,
+    ):
+        """Spawn ``learner.num_actors`` ranks (the config is the one source of the group size: it also
+        sets each rank's share of the mini-batch) and build their engines."""
+        self.num_actors = learner.num_actors
+        remote_actor = ray.remote(LearnerActor)
+        self.actors = []
+        for rank in range(self.num_actors):
+            strategy = None
+            if placement_group is not None:
+                strategy = PlacementGroupSchedulingStrategy(
+                    placement_group=placement_group, placement_group_bundle_index=bundle_offset + rank)
+            self.actors.append(
+                remote_actor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor,
+                                     scheduling_strategy=strategy, runtime_env=runtime_env)
+                .remote(rank, self.num_actors, learner.threads_per_actor)
+            )
+        master_addr, master_port = ray.get(self.actors[0].rendezvous_address.remote())
+        self.init_seconds = max(ray.get([
+            actor.setup.remote(master_addr, master_port, str(model_dir), learner, loss, selection, temperature,
+                               use_reference)
+            for actor in self.actors
+        ]))
+        logger.info("learner group of %d ready at %s:%d in %.1f s", self.num_actors, master_addr, master_port,
+                    self.init_seconds)
+
+    def _on_all(self, method: str, *args) -> list:
+        return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
+
+    def _on_shards(self, method: str, batch: TrainBatch, *args) -> list:
+        shards = batch.shard(self.num_actors)
+        return ray.get([getattr(actor, method).remote(shard, *args) for actor, shard in zip(self.actors, shards)])
+
+    def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
+        """The batch with ``old_logp``/``ref_logp``, rows in shard order (whole groups, groups in order)."""
+        return TrainBatch.concat(self._on_shards("compute_reference_stats", batch))
+
+    def train_step(self, batch: TrainBatch, step: int) -> dict[str, float]:
+        """One update on ``batch``; metrics are the mean over ranks (timings: the slowest rank)."""
+        per_rank = self._on_shards("train_step", batch, step)
+        metrics: dict[str, float] = {}
+        for key in sorted(set().union(*per_rank)):
+            values = [m[key] for m in per_rank if key in m]
+            metrics[key] = max(values) if key.startswith("time/") else sum(values) / len(values)
+        return metrics
+
+    def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
+        """Rank 0's full HF-named weights (all ranks take part: ZeRO-3 gathers)."""
+        return self._on_all("state_dict_for_inference")[0]
+
+    def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
+        self._on_all("save_checkpoint", str(path), client_state)
+
+    def load_checkpoint(self, path: str | Path) -> dict:
+        return self._on_all("load_checkpoint", str(path))[0]
+
+    def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
+                          temperature: float | None = None) -> list[float]:
+        return self._on_all("sequence_logprobs", prompt_ids, response_ids, temperature)[0]
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)
+        self.actors = []

@@ -1,0 +1,31 @@
+"""Arithmetic domain: the character-level toy task ("23+45=" → "68").
+
+Rule: the completion's *leading* integer (after optional whitespace, with an optional sign) must
+equal ``problem.answer`` as an integer. The prompt already ends in "=", so the model's first token
+is the answer; whatever follows (an end marker, junk after it) is ignored. A completion that does
+not start with an integer scores 0.
+"""
+
+from __future__ import annotations
+
+import re
+
+from workers.problem import Problem
+from workers.reward.results import CheckError
+
+_LEADING_INTEGER = re.compile(r"\s*([+-]?)(\d+)")
+
+
+def verify_arithmetic(completion: str, problem: Problem) -> float:
+    """1.0 if the completion's leading integer equals ``problem.answer``, else 0.0."""
+    gold = _LEADING_INTEGER.fullmatch(problem.answer.strip())
+    if gold is None:
+        raise CheckError(f"arithmetic problem {problem.id} has non-integer answer {problem.answer!r}")
+    answer = _LEADING_INTEGER.match(completion)
+    return 1.0 if answer is not None and _canonical(answer) == _canonical(gold) else 0.0
+
+
+def _canonical(integer: re.Match[str]) -> str:
+    # Compared as text, not int(): a runaway digit string must not hit Python's 4300-digit int() limit.
+    digits = integer.group(2).lstrip("0") or "0"
+    return digits if integer.group(1) != "-" or digits == "0" else "-" + digits

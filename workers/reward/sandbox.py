@@ -1,0 +1,243 @@
+"""Run an untrusted Python program in a throwaway, locked-down process and report how it ended.
+
+The child starts as ``sandbox_boot.py`` (which applies the isolation layers, then runs the
+program); this module chooses the layers, runs the child in its own session and throwaway temp
+directory, enforces the wall-clock limit by killing the whole process group (and with it, in the
+namespace mode, the PID namespace), and captures the tail of the output.
+
+Which layers work here is found once per process and configuration by running a tiny program
+under them; a layer that cannot work here is dropped with a warning, never silently.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from workers.reward import sandbox_boot
+from workers.reward.config import SandboxConfig
+from workers.reward.results import CheckError
+
+logger = logging.getLogger(__name__)
+
+_BOOT_SCRIPT = Path(sandbox_boot.__file__).resolve()
+_UNSHARE_FLAGS = ("--user", "--map-root-user", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc")
+_PROBE_TIMEOUT_S = 10.0
+_PROBE_PROGRAM = "print('sandbox-ok')\n"
+_OUTPUT_TAIL_BYTES = 4096
+_GROUP_EXIT_TIMEOUT_S = 5.0
+
+
+class SandboxSetupError(CheckError):
+    """A requested isolation layer failed in the child; the program did not run."""
+
+
+@dataclass(frozen=True)
+class IsolationPlan:
+    unshare_command: tuple[str, ...]  # empty: no namespaces
+    landlock: bool
+    seccomp: bool
+
+    @property
+    def layers(self) -> tuple[str, ...]:
+        wanted = {"namespaces": bool(self.unshare_command), "landlock": self.landlock, "seccomp": self.seccomp}
+        return tuple(layer for layer, used in wanted.items() if used) + ("rlimits",)
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    exit_code: int  # negative: killed by that signal (subprocess's convention)
+    timed_out: bool
+    output_tail: str
+    layers: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+def run_python_in_sandbox(source: str, config: SandboxConfig) -> SandboxResult:
+    """Run ``source`` as a Python program under ``config``'s limits; never raises for what the program does."""
+    plan = isolation_plan_for(config)
+    # ignore_cleanup_errors: the program may leave a directory it made unreadable; that must not fail the check.
+    with tempfile.TemporaryDirectory(prefix="gmts-sandbox-", ignore_cleanup_errors=True) as root:
+        program = Path(root, "program.py")
+        program.write_text(source)
+        outcome = _run_boot(config, plan, str(program), Path(root))
+    if outcome.setup_failed:
+        raise SandboxSetupError(outcome.output_tail.strip().splitlines()[-1])
+    return SandboxResult(exit_code=outcome.exit_code, timed_out=outcome.timed_out, output_tail=outcome.output_tail,
+                         layers=plan.layers)
+
+
+def isolation_plan_for(config: SandboxConfig) -> IsolationPlan:
+    """The isolation layers ``config`` asks for that work on this machine (found once per process)."""
+    return isolation_plan(use_namespaces=config.use_namespaces, use_landlock=config.use_landlock,
+                          use_seccomp=config.use_seccomp, isolate_network=config.isolate_network)
+
+
+@functools.lru_cache(maxsize=None)
+def isolation_plan(*, use_namespaces: bool, use_landlock: bool, use_seccomp: bool,
+                   isolate_network: bool) -> IsolationPlan:
+    landlock = use_landlock and sandbox_boot.landlock_abi() >= 1
+    if use_landlock and not landlock:
+        logger.warning("sandbox: Landlock is not available on this kernel; running without it")
+    seccomp = use_seccomp and sandbox_boot.seccomp_arch() is not None
+    if use_seccomp and not seccomp:
+        logger.warning("sandbox: no seccomp filter for this architecture; running without it")
+    unshare = shutil.which("unshare") if use_namespaces else None
+    if use_namespaces and unshare is None:
+        logger.warning("sandbox: cannot use namespaces here (the unshare command is missing)")
+    unshare_command = (unshare, *_UNSHARE_FLAGS, *(("--net",) if isolate_network else ())) if unshare else ()
+    plan = IsolationPlan(unshare_command=unshare_command, landlock=landlock, seccomp=seccomp)
+    failure = _probe_failure(plan, isolate_network)
+    if failure is not None and plan.unshare_command:
+        # The usual cause: user namespaces are denied (containers, AppArmor). Try without them.
+        logger.warning("sandbox: cannot use namespaces here (%s); running without them", failure)
+        plan = IsolationPlan(unshare_command=(), landlock=landlock, seccomp=seccomp)
+        failure = _probe_failure(plan, isolate_network)
+    if failure is not None:
+        logger.error("sandbox: a test program fails under layers %s (%s); code checks will fail", plan.layers,
+                     failure)
+    return plan
+
+
+def _probe_failure(plan: IsolationPlan, isolate_network: bool) -> str | None:
+    """None if a tiny program runs under ``plan``, else what went wrong."""
+    config = SandboxConfig(wall_timeout_s=_PROBE_TIMEOUT_S, isolate_network=isolate_network)
+    with tempfile.TemporaryDirectory(prefix="gmts-sandbox-probe-") as root:
+        program = Path(root, "program.py")
+        program.write_text(_PROBE_PROGRAM)
+        outcome = _run_boot(config, plan, str(program), Path(root))
+    if outcome.timed_out:
+        return f"the probe did not finish within {_PROBE_TIMEOUT_S:g} s"
+    if outcome.exit_code != 0 or "sandbox-ok" not in outcome.output_tail:
+        return f"exit code {outcome.exit_code}: {outcome.output_tail.strip()[-500:]}"
+    return None
+
+
+def _boot_spec(config: SandboxConfig, plan: IsolationPlan, program: str, workdir: str,
+               status_fd: int) -> sandbox_boot.BootSpec:
+    megabyte = 1 << 20
+    return sandbox_boot.BootSpec(
+        program=program,
+        workdir=workdir,
+        unshare_command=list(plan.unshare_command),
+        landlock=plan.landlock,
+        seccomp=plan.seccomp,
+        isolate_network=config.isolate_network,
+        cpu_seconds=config.cpu_seconds,
+        memory_bytes=config.memory_mb * megabyte,
+        file_size_bytes=config.file_size_mb * megabyte,
+        max_processes=config.max_processes,
+        workdir_bytes=config.workdir_mb * megabyte,
+        status_fd=status_fd,
+    )
+
+
+class _BootOutcome(NamedTuple):
+    exit_code: int
+    timed_out: bool
+    output_tail: str
+    setup_failed: bool
+
+
+def _run_boot(config: SandboxConfig, plan: IsolationPlan, program: str, root: Path) -> _BootOutcome:
+    """Run the boot script and the program; nothing of them outlives this call.
+
+    The exit code is the program's, from the wait status the boot process reports on a pipe (in the
+    namespace mode the boot's own exit status passes through ``unshare``, which loses signals). No
+    report means the program never ran (set-up failed) or the boot process was killed.
+    """
+    workdir = root / "work"
+    workdir.mkdir(mode=0o700)
+    output_path = root / "output.log"
+    status_read, status_write = os.pipe()
+    try:
+        spec = _boot_spec(config, plan, program, str(workdir), status_fd=status_write)
+        with open(output_path, "wb") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-I", str(_BOOT_SCRIPT), spec.to_json()],
+                stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, cwd=workdir,
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, pass_fds=(status_write,),
+                start_new_session=True,  # its own process group, so that one killpg reaches every descendant
+            )
+            os.close(status_write)
+            status_write = -1
+            try:
+                timed_out = not _wait_without_reaping(process.pid, config.wall_timeout_s)
+            finally:
+                # The leader is not reaped yet, so its pid (the group id) cannot have been reused.
+                _signal_group(process.pid)  # also ends children the program left behind
+                boot_exit_code = process.wait()
+                _kill_until_group_is_empty(process.pid)
+        reported = _read_reported_status(status_read)
+    finally:
+        os.close(status_read)
+        if status_write >= 0:
+            os.close(status_write)
+    output_tail = _read_tail(output_path)
+    if reported is not None:
+        return _BootOutcome(os.waitstatus_to_exitcode(reported), timed_out, output_tail, setup_failed=False)
+    setup_failed = (not timed_out and boot_exit_code == sandbox_boot.SETUP_FAILED_EXIT
+                    and sandbox_boot.SETUP_FAILED_MARKER in output_tail)
+    return _BootOutcome(boot_exit_code, timed_out, output_tail, setup_failed)
+
+
+def _read_reported_status(status_read: int) -> int | None:
+    os.set_blocking(status_read, False)  # a writer that outlived the group kill must not hang us
+    try:
+        text = os.read(status_read, 64).decode(errors="replace").strip()
+    except BlockingIOError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _wait_without_reaping(pid: int, timeout_s: float) -> bool:
+    """True once ``pid`` has exited (left a zombie), False if ``timeout_s`` passed first."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.002
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+    return True
+
+
+def _signal_group(group_id: int) -> bool:
+    """SIGKILL every member of the group; False if it has none left."""
+    try:
+        os.killpg(group_id, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _kill_until_group_is_empty(group_id: int) -> None:
+    """Wait (killing again) until the group is empty; a PID namespace full of fork-bomb processes
+    is torn down in the background after its init dies. While any member lives, the group id cannot
+    be handed to a new process, and the first "no such group" ends the loop."""
+    deadline = time.monotonic() + _GROUP_EXIT_TIMEOUT_S
+    while _signal_group(group_id):
+        if time.monotonic() >= deadline:
+            logger.warning("sandbox: process group %d still has members %g s after SIGKILL", group_id,
+                           _GROUP_EXIT_TIMEOUT_S)
+            return
+        time.sleep(0.01)
+
+
+def _read_tail(path: Path) -> str:
+    with open(path, "rb") as output:
+        output.seek(max(0, path.stat().st_size - _OUTPUT_TAIL_BYTES))
+        return output.read().decode("utf-8", errors="replace")

@@ -1,0 +1,58 @@
+"""Scores a batch of completions with the verifier of each problem's domain, in a pool of processes."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+from workers.problem import Problem
+from workers.reward.config import RewardConfig
+from workers.reward.dispatch import check_deadline_s, prepare_verifier_process, probe_sandbox, verify_completion
+from workers.reward.results import RewardBatchStats, RewardResult
+from workers.reward.verifier_pool import VerifierPool
+
+logger = logging.getLogger(__name__)
+
+
+class RewardScorer:
+    """Owns ``config.num_workers`` verifier processes; ``score`` never raises for a bad completion.
+
+    A verifier error or timeout scores 0 and is reported in ``RewardResult.error`` (and counted by
+    ``RewardBatchStats``); a check that hangs is killed at its deadline (``check_timeout_s``, or the
+    sandbox's wall clock plus a grace for code). Use as a context manager, or call ``close()``.
+    """
+
+    def __init__(self, config: RewardConfig):
+        self.config = config
+        probe_sandbox(config)  # once, here: the verifier processes forked below inherit the result
+        self._pool = VerifierPool(
+            functools.partial(verify_completion, config=config),
+            config.num_workers,
+            prepare=functools.partial(prepare_verifier_process, config),
+        )
+        self.last_batch_stats: RewardBatchStats | None = None
+
+    def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[RewardResult]:
+        """One result per completion; ``problems[i]`` is the problem ``completions[i]`` answers."""
+        if len(completions) != len(problems):
+            raise ValueError(f"score got {len(completions)} completions but {len(problems)} problems")
+        results = self._pool.run(
+            [(completion, problem) for completion, problem in zip(completions, problems)],
+            [check_deadline_s(problem, self.config) for problem in problems],
+        )
+        self.last_batch_stats = RewardBatchStats.from_results(results)
+        if self.last_batch_stats.n_failed:
+            first_error = next(result.error for result in results if result.error is not None)
+            logger.warning("reward: %d of %d checks failed (%d timeouts), e.g. %s", self.last_batch_stats.n_failed,
+                           self.last_batch_stats.n, self.last_batch_stats.n_timeout, first_error)
+        return results
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> RewardScorer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
