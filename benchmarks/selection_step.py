@@ -47,8 +47,8 @@ def run(smoke: bool) -> dict:
             shift = round_index % len(METHODS)
             for method in METHODS[shift:] + METHODS[:shift]:
                 overrides = cfg["overrides"] + [f"selection.method={method}"]
-                if method == "none":
-                    overrides = [o for o in overrides if not o.startswith("selection.ratio")]
+                if method == "none":  # keeps every token: the preset's ratio must go
+                    overrides = [o for o in overrides if not o.startswith("selection.ratio")] + ["selection.ratio=null"]
                 runs[method].append(run_loop(PRESET, overrides, cfg["steps"]))
     finally:
         ray.shutdown()

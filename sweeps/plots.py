@@ -15,11 +15,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import matplotlib.pyplot as plt
+from matplotlib.colors import to_rgb
 
-from matplotlib.colors import to_rgb  # noqa: E402
-
-from sweeps.ablation import AblationResults, method_rank  # noqa: E402
+from sweeps.ablation import AblationResults, method_rank
 
 METHOD_COLORS = {"none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange", "random": "tab:green"}
 MODES = ("top", "bottom")

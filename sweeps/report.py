@@ -44,7 +44,7 @@ class TokenStats(BaseModel):
     step: int | None = None
 
     @model_validator(mode="after")
-    def _same_shapes(self) -> "TokenStats":
+    def _same_shapes(self) -> TokenStats:
         if [len(a) for a in self.entropy] != [len(a) for a in self.grad_norm]:
             raise ValueError("grad_norm: must hold one value per token of entropy, answer by answer")
         return self

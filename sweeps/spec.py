@@ -81,7 +81,7 @@ class SweepSpec(_Strict):
     experiment: str = Field("gmts-lab", description="MLflow experiment of the parent and child runs.")
 
     @model_validator(mode="after")
-    def _points_use_known_axes(self) -> "SweepSpec":
+    def _points_use_known_axes(self) -> SweepSpec:
         for field in ("trials", "exclude"):
             for index, point in enumerate(getattr(self, field)):
                 unknown = set(point) - set(AXES)

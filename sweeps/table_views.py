@@ -77,13 +77,18 @@ def to_markdown(results: AblationResults, tables: list[WideTable]) -> str:
     return "\n".join(lines)
 
 
+_CSS = (
+    "body{font-family:sans-serif}table{border-collapse:collapse;margin-bottom:2em}"
+    "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:nth-child(-n+2){text-align:left}"
+)
+
+
 def to_html(results: AblationResults, tables: list[WideTable]) -> str:
     e = html.escape
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>Ablation {e(results.sweep_id)}</title>",
-        "<style>body{font-family:sans-serif}table{border-collapse:collapse;margin-bottom:2em}"
-        "td,th{border:1px solid #999;padding:4px 8px;text-align:right}td:nth-child(-n+2){text-align:left}</style>",
+        f"<style>{_CSS}</style>",
         f"</head><body><h1>Ablation: sweep {e(results.sweep_id)}</h1><p>{e(_summary(results))}</p>",
     ]
     for table in tables:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,9 @@ def run_trial(tune_config: dict[str, Any], *, configs: dict[str, dict[str, Any]]
     from orchestrator.train import train  # the RL loop pulls in torch/vLLM: import it in the trial only
 
     _log_to_console()
+    # Tune moved this process into the trial's folder; relative paths in the config (data files)
+    # mean what they mean for `orchestrator.train`: relative to the worker's own working directory.
+    os.chdir(os.environ.get("TUNE_ORIG_WORKING_DIR", os.getcwd()))
     config = ExperimentConfig.model_validate(configs[tune_config["trial"]])
     marker = tune.get_checkpoint()
     if marker is not None:

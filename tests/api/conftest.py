@@ -8,11 +8,13 @@ Ray head with token auth is exercised by the slow integration test (test_integra
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from mlflow import MlflowClient
 
 from api.app import create_app
 from api.settings import ApiSettings
@@ -27,8 +29,17 @@ def roots(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow SQLite store, created once: creating its schema takes seconds, copying it none."""
+    path = tmp_path_factory.mktemp("mlflow") / "template.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def settings(tmp_path: Path, roots: Path) -> ApiSettings:
+def settings(tmp_path: Path, roots: Path, mlflow_template: Path) -> ApiSettings:
+    shutil.copyfile(mlflow_template, tmp_path / "mlflow.db")
     return ApiSettings(
         api_token=TOKEN,
         state_dir=tmp_path / "state",

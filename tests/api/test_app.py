@@ -76,11 +76,12 @@ def test_health_needs_no_token_and_readiness_checks_ray_and_mlflow(settings, job
     assert response.json()["ray"].startswith("unreachable")
 
 
-def test_the_service_refuses_to_start_without_a_usable_token(tmp_path: Path, monkeypatch) -> None:
+def test_the_service_refuses_to_start_without_a_usable_token(tmp_path: Path, monkeypatch, settings) -> None:
     from api.settings import SettingsError
 
     for name in ("GMTS_API_TOKEN", "GMTS_API_TOKEN_FILE"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GMTS_MLFLOW_TRACKING_URI", settings.tracking_uri())
     with pytest.raises(SettingsError, match="GMTS_API_TOKEN"):
         create_app(ApiSettings(state_dir=tmp_path), FakeJobs())
     with pytest.raises(SettingsError, match="at least 16"):
@@ -244,7 +245,7 @@ def test_paths_outside_the_roots(client, roots: Path, tmp_path: Path) -> None:
 def test_a_data_file_under_the_roots_is_accepted(client, roots: Path) -> None:
     data = roots / "train.jsonl"
     data.write_text(json.dumps({"prompt": "1+1=", "answer": "2", "domain": "arithmetic"}) + "\n")
-    response = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"data.train.source": str(data)}})
+    response = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"data.train": {"source": str(data)}}})
     assert response.status_code == 201, response.text
 
 
@@ -399,7 +400,9 @@ def test_unknown_ids(client) -> None:
         response = client.get(path)
         assert response.status_code == 404 and "no " in response.json()["message"]
     assert client.get("/v1/sweeps/../../etc/passwd").status_code == 404
-    assert client.get("/v1/sweeps/sw-..%2F..%2Fetc").status_code == 422
+    assert client.get("/v1/sweeps/sw-..%2F..%2Fetc").status_code == 404  # %2F splits the path: no route
+    response = client.get("/v1/sweeps/sw-NOT-HEX")
+    assert response.status_code == 422 and "sweep_id" in response.json()["message"]
 
 
 def test_job_files_are_not_world_readable_or_shared(client, settings) -> None:

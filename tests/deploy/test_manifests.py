@@ -21,7 +21,7 @@ import runpy
 import shlex
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -58,19 +58,10 @@ RESOURCE_KEYS = {"cpu", "memory", "nvidia.com/gpu", "ephemeral-storage"}
 K8S_SCHEMA_VERSION = "1.33"
 
 # Field names of the KubeRay ray.io/v1 CRDs (KubeRay v1.6 API reference).
-RAYCLUSTER_SPEC_FIELDS = {
-    "suspend",
-    "managedBy",
-    "autoscalerOptions",
-    "headServiceAnnotations",
-    "enableInTreeAutoscaling",
-    "gcsFaultToleranceOptions",
-    "headGroupSpec",
-    "rayVersion",
-    "workerGroupSpecs",
-    "authOptions",
-    "upgradeStrategy",
-}
+RAYCLUSTER_SPEC_FIELDS = set(
+    """suspend managedBy autoscalerOptions headServiceAnnotations enableInTreeAutoscaling gcsFaultToleranceOptions
+    headGroupSpec rayVersion workerGroupSpecs authOptions upgradeStrategy""".split()  # noqa: SIM905
+)
 HEAD_GROUP_FIELDS = {
     "template",
     "headService",
@@ -80,43 +71,16 @@ HEAD_GROUP_FIELDS = {
     "resources",
     "labels",
 }
-WORKER_GROUP_FIELDS = {
-    "suspend",
-    "groupName",
-    "replicas",
-    "minReplicas",
-    "maxReplicas",
-    "idleTimeoutSeconds",
-    "rayStartParams",
-    "template",
-    "scaleStrategy",
-    "numOfHosts",
-    "resources",
-    "labels",
-}
+WORKER_GROUP_FIELDS = set(
+    """suspend groupName replicas minReplicas maxReplicas idleTimeoutSeconds rayStartParams template scaleStrategy
+    numOfHosts resources labels""".split()  # noqa: SIM905
+)
 AUTH_OPTIONS_FIELDS = {"mode", "secretName", "enableK8sTokenAuth"}
-RAYJOB_SPEC_FIELDS = {
-    "activeDeadlineSeconds",
-    "backoffLimit",
-    "rayClusterSpec",
-    "submitterPodTemplate",
-    "metadata",
-    "clusterSelector",
-    "submitterConfig",
-    "managedBy",
-    "deletionStrategy",
-    "entrypoint",
-    "runtimeEnvYAML",
-    "jobId",
-    "submissionMode",
-    "entrypointResources",
-    "entrypointNumCpus",
-    "entrypointNumGpus",
-    "ttlSecondsAfterFinished",
-    "shutdownAfterJobFinishes",
-    "suspend",
-    "schedule",
-}
+RAYJOB_SPEC_FIELDS = set(
+    """activeDeadlineSeconds backoffLimit rayClusterSpec submitterPodTemplate metadata clusterSelector
+    submitterConfig managedBy deletionStrategy entrypoint runtimeEnvYAML jobId submissionMode entrypointResources
+    entrypointNumCpus entrypointNumGpus ttlSecondsAfterFinished shutdownAfterJobFinishes suspend schedule""".split()  # noqa: SIM905
+)
 SUBMISSION_MODES = {"K8sJobMode", "HTTPMode", "InteractiveMode", "SidecarMode"}
 
 # Values the user must replace carry this marker on the same line or in the comment just above.
@@ -130,6 +94,38 @@ PLACEHOLDER_VALUES = (
 )
 SECRET_ENV = re.compile(r"(TOKEN|PASSWORD|SECRET|CREDENTIAL|API_KEY)")
 RAY_PORTS = {6379, 8265, 10001}
+# Compose Specification field names (top level, service, healthcheck).
+COMPOSE_FIELDS = {
+    "name",
+    "services",
+    "networks",
+    "volumes",
+    "secrets",
+    "configs",
+    "include",
+    "models",
+    "version",
+}
+COMPOSE_SERVICE_FIELDS = set(
+    """annotations attach blkio_config build cap_add cap_drop cgroup cgroup_parent command configs container_name
+    cpu_count cpu_percent cpu_period cpu_quota cpu_rt_period cpu_rt_runtime cpu_shares cpus cpuset credential_spec
+    depends_on deploy develop device_cgroup_rules devices dns dns_opt dns_search domainname entrypoint env_file
+    environment expose extends external_links extra_hosts gpus group_add healthcheck hostname image init ipc
+    isolation label_file labels links logging mac_address mem_limit mem_reservation mem_swappiness memswap_limit
+    models network_mode networks oom_kill_disable oom_score_adj pid pids_limit platform ports post_start pre_stop
+    privileged profiles provider pull_policy read_only restart runtime scale secrets security_opt shm_size
+    stdin_open stop_grace_period stop_signal storage_opt sysctls tmpfs tty ulimits use_api_socket user
+    userns_mode uts volumes volumes_from working_dir""".split()  # noqa: SIM905
+)
+COMPOSE_HEALTHCHECK_FIELDS = {
+    "test",
+    "interval",
+    "timeout",
+    "retries",
+    "start_period",
+    "start_interval",
+    "disable",
+}
 
 
 # -- loading --------------------------------------------------------------------------------------
@@ -321,7 +317,7 @@ def click_options(command_path: str) -> frozenset[str]:
     return frozenset(opt for param in command.params for opt in (*param.opts, *param.secondary_opts))
 
 
-def help_text(program: str, args: list[str], run) -> str:
+def help_text(program: str, args: list[str], run: Callable[[], object]) -> str:
     """What ``program args… --help`` prints, run in this process (the imports are shared with other tests)."""
     out = io.StringIO()
     saved = sys.argv
@@ -897,9 +893,16 @@ def test_control_image_has_no_vllm_and_no_cuda() -> None:
 
 def test_compose_file_is_consistent() -> None:
     doc = compose()
+    assert {key for key in doc if not key.startswith("x-")} <= COMPOSE_FIELDS
     services = doc["services"]
     assert set(services) == {"ray-head", "mlflow", "api"}
     for name, service in services.items():
+        assert set(service) <= COMPOSE_SERVICE_FIELDS, (
+            f"compose {name}: {set(service) - COMPOSE_SERVICE_FIELDS}"
+        )
+        assert set(service.get("healthcheck", {})) <= COMPOSE_HEALTHCHECK_FIELDS, (
+            f"compose {name}: healthcheck"
+        )
         if "build" in service:
             build = service["build"]
             context = (COMPOSE_FILE.parent / build["context"]).resolve()

@@ -117,3 +117,44 @@ def test_cpu_ablation_grid_size() -> None:
     assert len(trials) == (1 + 2 * 9 * 2) * 2 * 2 * 2
     assert {t.config.model.size_label for t in trials} == {"tiny-s", "tiny-m"}
     assert {t.config.algorithm.name for t in trials} == {"grpo", "dapo"}
+
+
+GPU_SPECS = {"paper-math": 12, "paper-ratio": 21, "paper-code": 6, "paper-cs": 6}
+GPU_MODELS = ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen3-8B", "Qwen2.5-Coder-1.5B",
+              "Qwen2.5-Coder-7B")
+
+
+@pytest.fixture
+def gpu_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Stand-in model folders (a config.json is all validation looks at) and training files."""
+    models, data = tmp_path / "models", tmp_path / "data"
+    for model in GPU_MODELS:
+        (models / model).mkdir(parents=True)
+        (models / model / "config.json").write_text("{}")
+    data.mkdir()
+    for name in ("math_train.parquet", "code_train.parquet"):
+        (data / name).write_bytes(b"")
+    monkeypatch.setenv("GMTS_MODELS_DIR", str(models))
+    monkeypatch.setenv("GMTS_DATA_DIR", str(data))
+    return models
+
+
+@pytest.mark.parametrize("name,size", GPU_SPECS.items())
+def test_shipped_gpu_specs_expand(name: str, size: int, gpu_roots: Path) -> None:
+    trials = expand(load_spec(name))
+    assert len(trials) == size
+    assert all(t.config.model.path.parent == gpu_roots for t in trials)
+    assert all(t.config.resources.gpus_per_learner_actor > 0 for t in trials)
+
+
+def test_paper_math_grid_covers_both_sizes_and_algorithms(gpu_roots: Path) -> None:
+    trials = expand(load_spec("paper-math"))
+    points = {(t.config.model.path.name, t.config.algorithm.name, t.config.selection.method) for t in trials}
+    assert points == {(m, a, s) for m in ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B") for a in ("grpo", "dapo")
+                      for s in ("none", "ets", "gmts")}
+
+
+def test_gpu_spec_without_the_model_root_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GMTS_MODELS_DIR", raising=False)
+    with pytest.raises(ConfigError, match=r"(?s)trial 0 .*model\.path"):
+        expand(load_spec("paper-math"))

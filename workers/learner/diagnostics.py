@@ -33,7 +33,7 @@ def selection_diagnostics(
     }
     eligible_scores = selection.scores[selection.eligible].float()
     if eligible_scores.numel():
-        quantiles = torch.quantile(eligible_scores, torch.tensor(SCORE_QUANTILES, dtype=torch.float32))
+        quantiles = torch.quantile(eligible_scores, torch.tensor(SCORE_QUANTILES, device=eligible_scores.device))
         for q, value in zip(SCORE_QUANTILES, quantiles):
             metrics[f"selection/score_q{int(q * 100)}"] = float(value)
     if clip is not None:

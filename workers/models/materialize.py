@@ -32,7 +32,7 @@ TINY_FOLDER_FIELDS = (
 )
 
 
-def materialize_model(config: ModelConfig, cache_dir: Path | None = None) -> Path:
+def materialize_model(config: ModelConfig, cache_dir: str | Path | None = None) -> Path:
     """Return a HF model folder for ``config``, building and caching it the first time.
 
     ``cache_dir`` overrides ``config.cache_dir``. Source ``hf`` returns ``config.path`` as is.
@@ -40,7 +40,7 @@ def materialize_model(config: ModelConfig, cache_dir: Path | None = None) -> Pat
     if config.source == "hf":
         assert config.path is not None  # guaranteed by ModelConfig validation
         return config.path
-    cache_dir = (cache_dir or config.cache_dir).expanduser()
+    cache_dir = Path(cache_dir or config.cache_dir).expanduser()
     if config.source == "tiny":
         key = {name: getattr(config, name) for name in TINY_FOLDER_FIELDS}
         return build_folder_once(

@@ -12,7 +12,11 @@ from workers.models.config import ModelConfig
 
 
 def tiny_qwen2_config(config: ModelConfig) -> Qwen2Config:
-    tokenizer_ids = {"pad_token_id": VOCAB["<pad>"], "bos_token_id": VOCAB["<bos>"], "eos_token_id": VOCAB["<eos>"]}
+    tokenizer_ids = {
+        "pad_token_id": VOCAB["<pad>"],
+        "bos_token_id": VOCAB["<bos>"],
+        "eos_token_id": VOCAB["<eos>"],
+    }
     return Qwen2Config(
         vocab_size=len(VOCAB),
         hidden_size=config.hidden_size,

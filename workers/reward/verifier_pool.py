@@ -152,7 +152,7 @@ def _serve(connection: Connection, check: Callable[..., float], prepare: Callabl
            parent_ends: list[Connection]) -> None:
     """Body of a verifier process: answer (index, item) messages until the pipe closes."""
     for parent_end in parent_ends:
-        pass  # TEMP
+        parent_end.close()
     if prepare is not None:
         prepare()
     connection.send("ready")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import ray
@@ -35,7 +36,9 @@ class RolloutGroup:
             RolloutActor.options(**options).remote(str(model_dir), config) for _ in range(config.num_actors)
         ]
 
-    def generate(self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False) -> list[RolloutSample]:
+    def generate(
+        self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False
+    ) -> list[RolloutSample]:
         """Same contract as ``RolloutEngine.generate``: samples grouped by prompt, in prompt order."""
         chunks = _contiguous_chunks(len(prompt_token_ids), len(self.actors))
         pending = [
@@ -69,4 +72,4 @@ def _contiguous_chunks(num_items: int, num_chunks: int) -> list[tuple[int, int]]
     bounds = [0]
     for index in range(num_chunks):
         bounds.append(bounds[-1] + base + (1 if index < extra else 0))
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(pairwise(bounds))

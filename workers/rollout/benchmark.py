@@ -1,7 +1,7 @@
 """Measure a rollout engine: start time, sampling throughput, weight-update time.
 
-    python -m workers.rollout.benchmark --source tiny      # the numbers in workers/rollout/README.md
-    python -m workers.rollout.benchmark --source smollm2
+python -m workers.rollout.benchmark --source tiny      # the numbers in workers/rollout/README.md
+python -m workers.rollout.benchmark --source smollm2
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ def benchmark(source: ModelSource, num_prompts: int, n: int, max_new_tokens: int
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--source", choices=["tiny", "smollm2"], default="tiny")
     parser.add_argument("--num-prompts", type=int, default=32)
     parser.add_argument("--n", type=int, default=8)

@@ -24,8 +24,8 @@ class RolloutConfig(BaseModel):
     kv_cache_memory_bytes: int | None = Field(
         default=256 * 1024**2,
         gt=0,
-        description="KV cache size on CPU (vLLM's default reservation fails on small machines); "
-        "None sizes it from gpu_memory_utilization, the usual choice on CUDA.",
+        description="KV cache size on CPU, where it is required (vLLM's default reservation fails on small "
+        "machines). Ignored on CUDA, where gpu_memory_utilization sizes the cache.",
     )
     gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
     tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine (CUDA only).")

@@ -59,7 +59,6 @@ class RolloutEngine:
             "max_model_len": config.max_model_len,
             "enforce_eager": config.enforce_eager,
             "gpu_memory_utilization": config.gpu_memory_utilization,
-            "kv_cache_memory_bytes": config.kv_cache_memory_bytes,
             "logprobs_mode": "processed_logprobs",  # see the module docstring
             "worker_extension_cls": WORKER_EXTENSION_CLASS,
         }
@@ -72,7 +71,9 @@ class RolloutEngine:
             # update_weights hand tensors to the worker directly. setdefault: an explicit "1" still wins.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             engine_args["distributed_executor_backend"] = "uni"
+            engine_args["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
         else:
+            # On CUDA the KV cache is sized from gpu_memory_utilization, as vLLM normally does.
             engine_args["tensor_parallel_size"] = config.tensor_parallel_size
         started = time.perf_counter()
         self._llm = LLM(**engine_args)

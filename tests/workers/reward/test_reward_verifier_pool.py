@@ -94,13 +94,19 @@ def test_processes_exit_when_their_parent_is_killed():
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[3],
     )
     children = [int(pid) for pid in parent.stdout.readline().split()]
-    assert len(children) == 2 and all(_alive(pid) for pid in children)
-    parent.kill()
-    parent.wait()
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(_alive(pid) for pid in children)
+    try:
+        assert len(children) == 2 and all(_alive(pid) for pid in children)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in children)
+    finally:
+        parent.kill()
+        parent.wait()
+        for pid in filter(_alive, children):  # only if the test failed: leave nothing behind
+            os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:

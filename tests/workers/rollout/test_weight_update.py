@@ -77,16 +77,20 @@ def test_update_weights_in_place_matches_transformers(engine, old_model):
         assert_close(sample.response_logprobs, new)
         old = transformers_logprobs(old_model, PROMPT, sample.response_ids, TEMPERATURE)
         assert (torch.tensor(sample.response_logprobs) - old).abs().max() > 1e-2, "weights did not change"
-        assert_close(engine.sequence_logprobs(PROMPT, sample.response_ids),
-                     transformers_logprobs(new_model, PROMPT, sample.response_ids, 1.0))
+        assert_close(
+            engine.sequence_logprobs(PROMPT, sample.response_ids),
+            transformers_logprobs(new_model, PROMPT, sample.response_ids, 1.0),
+        )
 
     (greedy,) = engine.generate([PROMPT], n=1, greedy=True)
     assert greedy.response_ids == transformers_argmax(new_model, PROMPT, greedy.response_ids)
 
     # And back: the old weights give the old logprobs again (no state left over from the first update).
     engine.update_weights(list(old_model.state_dict().items()))
-    assert_close(engine.sequence_logprobs(PROMPT, greedy.response_ids),
-                 transformers_logprobs(old_model, PROMPT, greedy.response_ids, 1.0))
+    assert_close(
+        engine.sequence_logprobs(PROMPT, greedy.response_ids),
+        transformers_logprobs(old_model, PROMPT, greedy.response_ids, 1.0),
+    )
 
 
 def test_bucketed_update_through_the_worker_extension(engine, old_model):
@@ -98,8 +102,10 @@ def test_bucketed_update_through_the_worker_extension(engine, old_model):
 
     (greedy,) = engine.generate([PROMPT], n=1, greedy=True)
     assert greedy.response_ids == transformers_argmax(new_model, PROMPT, greedy.response_ids)
-    assert_close(engine.sequence_logprobs(PROMPT, greedy.response_ids),
-                 transformers_logprobs(new_model, PROMPT, greedy.response_ids, 1.0))
+    assert_close(
+        engine.sequence_logprobs(PROMPT, greedy.response_ids),
+        transformers_logprobs(new_model, PROMPT, greedy.response_ids, 1.0),
+    )
 
 
 def test_update_invalidates_cached_prefix_blocks(engine, old_model):
@@ -111,5 +117,7 @@ def test_update_invalidates_cached_prefix_blocks(engine, old_model):
     new_model = perturbed(old_model, seed=2)
     engine.update_weights(new_model.state_dict())
     (sample,) = engine.generate([long_prompt], n=1)
-    assert_close(sample.response_logprobs,
-                 transformers_logprobs(new_model, long_prompt, sample.response_ids, TEMPERATURE))
+    assert_close(
+        sample.response_logprobs,
+        transformers_logprobs(new_model, long_prompt, sample.response_ids, TEMPERATURE),
+    )

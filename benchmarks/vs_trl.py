@@ -1,0 +1,241 @@
+"""End-to-end GRPO iteration time: gmts-lab's loop vs TRL's ``GRPOTrainer`` on the same job, CPU.
+
+Same policy (the preset's model after its cached supervised warm-up), same training prompts, same
+generations per prompt, same max completion length, same sampling (temperature, top-k off, top-p 1),
+same ETS top-20 % (TRL: ``top_entropy_quantile=0.2``; ours: ``selection.method=ets, ratio=0.2,
+scope=batch, apply_to=advantage`` — TRL masks the policy-gradient term and keeps the denominator),
+same loss (DAPO token-mean aggregation = TRL's default ``loss_type="dapo"``; no KL = TRL's default
+``beta=0``; clip ε 0.2), same advantages (group-std-normalised = ``scale_rewards="group"``), same
+optimiser (AdamW, the preset's lr/betas/weight decay, constant schedule, grad-norm clip), same
+batch (one optimiser step per generation batch of prompts × n; TRL's per-device batch = our
+micro-batch, its gradient accumulation = our micro-batches per mini-batch), same reward code (our
+``RewardScorer`` is TRL's reward function).
+
+TRL runs in this process with its own generation (transformers ``generate``); we run
+``train()`` on an embedded Ray (vLLM rollout actor + DeepSpeed learner actor + reward actor).
+TRL is one process and may use both cores, so it runs at 1 and at 2 torch threads and the ratio is
+taken against its faster setting. Runs alternate (ours, TRL, …) with the order rotated each round;
+each run's first iteration is dropped; seconds per iteration are medians over the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import TrainerCallback
+
+from benchmarks.ray_session import start_local_ray
+from benchmarks.report import BenchmarkResult, Figure, require_modules
+from benchmarks.training_runs import LoopRun, require_loop, run_loop
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scale:
+    label: str
+    preset: str
+    steps: int
+    rounds: int
+    trl_threads: tuple[int, ...]
+    extra: tuple[str, ...] = ()
+
+
+def scales(smoke: bool) -> list[Scale]:
+    if smoke:
+        return [Scale("tiny-s", "cpu-tiny-s", steps=2, rounds=1, trl_threads=(1,),
+                      extra=("warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
+                             "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"))]
+    return [
+        Scale("tiny-s", "cpu-tiny-s", steps=10, rounds=2, trl_threads=(1, 2),
+              extra=("data.eval.arithmetic.limit=32",)),
+        Scale("smollm2-135m", "cpu-smollm2", steps=4, rounds=1, trl_threads=(1, 2),
+              extra=("data.eval.gsm8k.limit=2",)),
+    ]
+
+
+# Our side of the parity (see the module docstring); TRL's side is in _trl_args.
+PARITY_OVERRIDES = (
+    "selection.method=ets", "selection.ratio=0.2", "selection.scope=batch", "selection.apply_to=advantage",
+    "algorithm.loss.kl_coef=0", "algorithm.loss.loss_agg=token-mean", "algorithm.loss.clip_low=0.2",
+    "algorithm.loss.clip_high=0.2", "algorithm.advantage_estimator=grpo", "algorithm.dynamic_sampling=false",
+    "algorithm.overlong.enabled=false", "learner.ppo_epochs=1",
+)
+
+
+def run(smoke: bool) -> dict:
+    require_loop()
+    require_modules("trl")
+    import ray
+
+    figures: list[Figure] = []
+    settings: dict = {}
+    measurements: dict = {}
+    start_local_ray()
+    try:
+        for scale in scales(smoke):
+            result = _compare(scale)
+            figures += result["figures"]
+            settings[scale.label] = result["settings"]
+            measurements[scale.label] = result["measurements"]
+    finally:
+        ray.shutdown()
+    return BenchmarkResult(
+        title="GRPO iteration time: gmts-lab (Ray + vLLM + DeepSpeed) vs TRL GRPOTrainer, same job, CPU",
+        settings=settings, figures=figures, measurements=measurements,
+        notes=["ratio > 1: gmts-lab is faster (TRL seconds per iteration / ours).",
+               "our time split comes from the loop's time/* metrics: rollout, reward, learner "
+               "(time/train_step_s inside the learner actor), sync (weights to vLLM), overhead = the rest "
+               "(Ray calls, batching, advantages, logging)."],
+    ).as_dict()
+
+
+def _compare(scale: Scale) -> dict:
+    from orchestrator.base_policy import prepare_policy
+    from orchestrator.config_loader import load_experiment
+
+    overrides = list(PARITY_OVERRIDES) + list(scale.extra)
+    config = load_experiment(scale.preset, overrides)
+    policy_dir = prepare_policy(config)  # cached: the same starting policy for both sides
+    cases = ["ours"] + [f"trl_t{t}" for t in scale.trl_threads]
+    ours: list[LoopRun] = []
+    trl: dict[str, list[float]] = {f"trl_t{t}": [] for t in scale.trl_threads}
+    trl_info: dict = {}
+    for round_index in range(scale.rounds):
+        shift = round_index % len(cases)
+        for case in cases[shift:] + cases[:shift]:
+            if case == "ours":
+                ours.append(run_loop(scale.preset, overrides, scale.steps))
+            else:
+                seconds, trl_info = _run_trl(config, policy_dir, scale.steps, int(case.removeprefix("trl_t")))
+                trl[case].extend(seconds[1:])  # the first iteration pays one-time costs
+    our_steps = [step["time/step"] for run in ours for step in run.steady_steps()]
+    our_median = statistics.median(our_steps)
+    trl_medians = {case: statistics.median(values) for case, values in trl.items()}
+    best = min(trl_medians, key=trl_medians.get)
+    label = scale.label
+    figures = [Figure(f"{label}: TRL s/iter ÷ gmts-lab s/iter (vs TRL's best, {best})",
+                      trl_medians[best] / our_median, "×",
+                      f"ours {our_median:.2f} s/iter, TRL {trl_medians[best]:.2f} s/iter")]
+    figures += [Figure(f"{label}: TRL ({case}) s/iter ÷ gmts-lab s/iter", trl_medians[case] / our_median, "×",
+                       f"{trl_medians[case]:.2f} s/iter") for case in trl_medians if case != best]
+    breakdown = _pooled_breakdown(ours)
+    for phase in ("rollout", "reward", "learner", "sync", "overhead"):
+        value = breakdown.get(phase)
+        figures.append(Figure(f"{label}: gmts-lab time share {phase}",
+                              None if value is None else 100 * value / breakdown["step"], "%",
+                              "" if value is None else f"{value:.3f} s of {breakdown['step']:.3f} s"))
+    return {
+        "figures": figures,
+        "settings": {
+            "preset": scale.preset, "policy_dir": str(policy_dir), "our_overrides": overrides,
+            "steps_per_run": scale.steps, "rounds": scale.rounds,
+            "steady_iterations": {"ours": len(our_steps), **{c: len(v) for c, v in trl.items()}},
+            "prompts_per_iteration": config.data.prompts_per_step, "generations_per_prompt": config.rollout.n_samples,
+            "max_new_tokens": config.rollout.max_new_tokens, "lr": config.learner.lr,
+            "learner_threads_per_actor": config.learner.threads_per_actor, **trl_info,
+        },
+        "measurements": {"ours_s_per_iter": our_steps, "trl_s_per_iter": trl,
+                         "ours_breakdown_per_run": [run.breakdown() for run in ours]},
+    }
+
+
+def _pooled_breakdown(runs: list[LoopRun]) -> dict[str, float]:
+    from benchmarks.training_runs import PHASES, STEP_KEY
+
+    out: dict[str, float] = {}
+    for name, key in {**PHASES, "step": STEP_KEY}.items():
+        values = [s[key] for run in runs for s in run.steady_steps() if key in s]
+        if values:
+            out[name] = statistics.median(values)
+    if "step" in out:
+        out["overhead"] = out["step"] - sum(out.get(name, 0.0) for name in PHASES)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- TRL
+def _run_trl(config, policy_dir, steps: int, threads: int) -> tuple[list[float], dict]:
+    """Seconds per TRL iteration (one generation batch + one optimiser step), and the settings used."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from orchestrator.data import chat_messages, load_dataset, prompt_token_ids
+    from workers.reward.scorer import RewardScorer
+
+    torch.set_num_threads(threads)
+    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    problems = load_dataset(config.data.train)
+    template = config.data.prompt_template
+    our_ids = [prompt_token_ids(p, tokenizer, template) for p in problems[:4]]
+    if template.kind == "chat":  # TRL renders the same messages with the same chat template
+        prompts = [chat_messages(p, template) for p in problems]
+    else:  # the exact token ids we use, as text (special tokens included, e.g. <bos>)
+        prompts = [tokenizer.decode(prompt_token_ids(p, tokenizer, template), skip_special_tokens=False)
+                   for p in problems]
+    dataset = Dataset.from_list([{"prompt": prompt, "problem_index": i} for i, prompt in enumerate(prompts)])
+
+    clock = _StepClock()
+    with tempfile.TemporaryDirectory(prefix="bench-trl-") as out_dir, RewardScorer(config.reward) as scorer:
+        def reward(prompts, completions, problem_index, **_):
+            texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+            return [r.score for r in scorer.score(texts, [problems[i] for i in problem_index])]
+
+        args = _trl_args(config, out_dir, steps)
+        model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+        trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
+                              processing_class=tokenizer, callbacks=[clock])
+        trl_ids = trainer._tokenize_prompts(prompts[:4])[0] if hasattr(trainer, "_tokenize_prompts") else None
+        trainer.train()
+    info = {"trl_args": {k: getattr(args, k) for k in (
+        "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
+        "temperature", "top_k", "top_p", "learning_rate", "lr_scheduler_type", "weight_decay", "adam_beta1",
+        "adam_beta2", "max_grad_norm", "beta", "epsilon", "loss_type", "scale_rewards", "top_entropy_quantile",
+        "num_iterations", "use_vllm")},
+        "prompt_ids_identical_to_ours": None if trl_ids is None else [list(a) == list(b) for a, b in
+                                                                       zip(trl_ids, our_ids)]}
+    return clock.iteration_seconds(), info
+
+
+class _StepClock(TrainerCallback):
+    """Wall-clock marks at the start of training and at the end of every optimiser step."""
+
+    def __init__(self):
+        self.begin: float | None = None
+        self.ends: list[float] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.begin = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ends.append(time.perf_counter())
+
+    def iteration_seconds(self) -> list[float]:
+        marks = [self.begin, *self.ends]
+        return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def _trl_args(config, out_dir: str, steps: int):
+    from trl import GRPOConfig
+
+    learner, rollout = config.learner, config.rollout
+    return GRPOConfig(
+        output_dir=out_dir, max_steps=steps, logging_steps=1, report_to="none", save_strategy="no",
+        use_cpu=True, bf16=False, seed=config.training.seed, dataloader_num_workers=0,
+        per_device_train_batch_size=learner.micro_batch_size,
+        gradient_accumulation_steps=learner.mini_batch_size // learner.micro_batch_size,
+        num_generations=rollout.n_samples, max_completion_length=rollout.max_new_tokens,
+        temperature=rollout.temperature, top_k=0, top_p=1.0,
+        learning_rate=learner.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=learner.weight_decay,
+        adam_beta1=learner.betas[0], adam_beta2=learner.betas[1], max_grad_norm=learner.grad_clip,
+        optim="adamw_torch",
+        beta=0.0, epsilon=0.2, loss_type="dapo", scale_rewards="group", top_entropy_quantile=0.2,
+        num_iterations=1, use_vllm=False,
+    )
