@@ -240,7 +240,8 @@ class _MicroBatchBench:
         samples = Samples(seconds={name: [] for name in (*steps, *iso)}, rounds=s.rounds, warmup=s.warmup)
         if s.warmup:
             interleaved({**steps, **iso}, rounds=s.warmup, warmup=0)  # discarded
-        for _ in range(s.rounds):
+        for round_index in range(s.rounds):
+            logger.info("selection_overhead %s: round %d/%d", s.label, round_index + 1, s.rounds)
             for part in (interleaved(steps, rounds=1, warmup=0), interleaved(iso, rounds=s.inner_rounds, warmup=0)):
                 for name, values in part.seconds.items():
                     samples.seconds[name].extend(v / s.repeat for v in values)

@@ -29,7 +29,7 @@ from sweeps.tracking import (
     resolve_tracking_uri,
 )
 from sweeps.trainable import FINAL_KEY
-from sweeps.tuner import TRIAL_KEY, build_tuner, restore_tuner
+from sweeps.tuner import TRIAL_KEY, build_tuner, can_restore, restore_tuner
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,8 @@ def prepare_sweep(spec: SweepSpec, output_dir: Path, resume: bool | str = False)
     else:
         record = new_record(spec, output_dir, resolve_tracking_uri(spec, output_dir))
     layout = SweepLayout(output_dir, record.sweep_id)
+    if resume and not can_restore(layout):
+        raise ConfigError(f"--resume: sweep {record.sweep_id!r} has no Ray Tune state in {layout.tune_dir} to resume")
     trials = expand(spec, output_dir=layout.sweep_dir)
     return PreparedSweep(record, layout, trials, bool(resume))
 

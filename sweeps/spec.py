@@ -114,6 +114,19 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
     return unique
 
 
+def _dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"training": {"steps": 5}} and {"training.steps": 5} both set one field, never a whole section
+    (``--set base.overrides.training.steps=5`` arrives nested)."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_dotted(value, f"{path}."))
+        else:
+            flat[path] = value
+    return flat
+
+
 def _matches(point: dict[str, Any], rule: dict[str, Any]) -> bool:
     return all(point.get(axis) == value for axis, value in rule.items())
 

@@ -42,10 +42,12 @@ def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tu
     )
 
 
+def can_restore(layout: SweepLayout) -> bool:
+    return tune.Tuner.can_restore(str(layout.tune_dir))
+
+
 def restore_tuner(trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
     """Reopen an interrupted sweep: finished trials stay finished, the others continue."""
-    if not tune.Tuner.can_restore(str(layout.tune_dir)):
-        raise FileNotFoundError(f"--resume: no Ray Tune experiment state in {layout.tune_dir}")
     return tune.Tuner.restore(
         str(layout.tune_dir), trainable(_configs(trials)), resume_unfinished=True, resume_errored=True
     )

@@ -52,6 +52,12 @@ def settings(tmp_path: Path, roots: Path, mlflow_template: Path) -> ApiSettings:
 
 
 @pytest.fixture
+def settings_(settings: ApiSettings) -> ApiSettings:
+    """The same, under a name that hypothesis' ``settings`` decorator does not shadow."""
+    return settings
+
+
+@pytest.fixture
 def jobs() -> FakeJobs:
     return FakeJobs()
 

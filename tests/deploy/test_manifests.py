@@ -155,6 +155,13 @@ def compose() -> dict:
     return doc
 
 
+def compose_mount(volume: str) -> tuple[str, str]:
+    """(source, container path) of a short-syntax compose volume; the source may be ``${VAR:-default}``."""
+    match = re.fullmatch(r"(\$\{[^}]*\}|[^:]+):([^:]+)(?::(?:ro|rw))?", volume)
+    assert match, f"compose volume {volume!r}"
+    return match.group(1), match.group(2)
+
+
 def ray_up() -> dict:
     (doc,) = load_documents(RAY_UP_FILE)
     return doc
@@ -669,7 +676,8 @@ def test_ray_dashboard_is_never_exposed_publicly() -> None:
         assert not cluster["spec"]["headGroupSpec"].get("enableIngress", False)
     for name, service in compose()["services"].items():
         for port in service.get("ports", []):
-            parts = str(port).split(":")
+            # "${VAR:-default}" publishes on the default unless the user sets VAR.
+            parts = re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", str(port)).split(":")
             container_port = int(parts[-1].split("/")[0])
             host = parts[0] if len(parts) == 3 else "0.0.0.0"
             if container_port in RAY_PORTS:
@@ -705,6 +713,37 @@ def test_jobs_log_to_the_mlflow_service() -> None:
                 assert (
                     url.hostname == "mlflow" and f"--port {url.port}" in compose_services["mlflow"]["command"]
                 ), (name, value)
+
+
+def preset_env_vars() -> set[str]:
+    """The ``${VAR}`` names that presets and specs expand from the environment (model and data roots)."""
+    texts = [
+        p.read_text() for d in ("orchestrator/presets", "sweeps/specs") for p in (ROOT / d).glob("*.yaml")
+    ]
+    return {name for text in texts for name in re.findall(r"\$\{(\w+)\}", text)}
+
+
+def test_preset_roots_are_set_to_mounted_paths_wherever_presets_are_read() -> None:
+    names = preset_env_vars()
+    assert names, "the GPU presets name their model/data roots with ${VAR}"
+    readers = [(p.origin, p.spec["containers"][0]) for p in pod_templates() if p.ray_container]
+    readers += [(origin, c) for origin, c in all_k8s_containers() if c.get("command", [""])[0] == "gmts"]
+    for origin, container in readers:
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+        for name in names:
+            assert env.get(name) in mounts, (
+                f"{origin}: {name}={env.get(name)!r} is not a mounted path {mounts}"
+            )
+    for name, service in compose()["services"].items():
+        if name in ("ray-head", "api"):
+            mounts = {compose_mount(volume)[1] for volume in service["volumes"]}
+            for var in names:
+                assert service["environment"].get(var) in mounts, f"compose {name}: {var}"
+    config = ray_up()
+    for command in config["head_start_ray_commands"] + config["worker_start_ray_commands"]:
+        if "ray start" in command:
+            assert all(f"{var}=" in command for var in names), f"cluster.yaml: `ray start` without {names}"
 
 
 # =================================================================================================
@@ -915,7 +954,7 @@ def test_compose_file_is_consistent() -> None:
         for secret in service.get("secrets", []):
             assert secret in doc["secrets"], f"compose {name}: undeclared secret {secret}"
         for volume in service.get("volumes", []):
-            source = volume.split(":")[0]
+            source = compose_mount(volume)[0]
             assert source.startswith(("$", ".", "/")) or source in doc["volumes"], (
                 f"compose {name}: volume {source}"
             )
@@ -927,11 +966,14 @@ def test_compose_file_is_consistent() -> None:
     # The API's job files and run folders must be where the Ray head can read them.
     api_env = services["api"]["environment"]
     state = api_env["GMTS_STATE_DIR"]
-    head_mounts = {v.split(":")[1] for v in services["ray-head"]["volumes"]}
-    assert any(state.startswith(m + "/") for m in head_mounts) and any(
-        v.split(":")[1] in head_mounts and state.startswith(v.split(":")[1] + "/")
-        for v in services["api"]["volumes"]
-    ), "GMTS_STATE_DIR must be on a volume both the API and the Ray head mount"
+    # Read-write mounts of the same source in both services:
+    writable = [
+        {compose_mount(v) for v in services[n]["volumes"] if not v.endswith(":ro")}
+        for n in ("ray-head", "api")
+    ]
+    assert any(state.startswith(target + "/") for _, target in writable[0] & writable[1]), (
+        "GMTS_STATE_DIR must be on a volume that the API and the Ray head both mount read-write"
+    )
 
 
 def test_secrets_folder_is_ignored_by_git() -> None:

@@ -36,4 +36,6 @@ class RolloutConfig(BaseModel):
 
     @property
     def max_model_len(self) -> int:
-        return self.max_prompt_tokens + self.max_new_tokens
+        # +1: sequence_logprobs scores prompt + response as one prompt, and vLLM still wants room for
+        # one output token after it.
+        return self.max_prompt_tokens + self.max_new_tokens + 1

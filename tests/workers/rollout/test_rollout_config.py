@@ -5,8 +5,8 @@ from workers.rollout.actor import _contiguous_chunks
 from workers.rollout.config import RolloutConfig
 
 
-def test_max_model_len_fits_prompt_and_response():
-    assert RolloutConfig(max_prompt_tokens=48, max_new_tokens=16).max_model_len == 64
+def test_max_model_len_fits_prompt_response_and_one_scoring_token():
+    assert RolloutConfig(max_prompt_tokens=48, max_new_tokens=16).max_model_len == 65
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,14 @@ def test_vllm_detokenizes_with_the_folder_tokenizer(engine, tiny_model_dir):
     assert completion.text == tokenizer.decode(completion.token_ids, skip_special_tokens=True)
 
 
+def test_longest_prompt_and_response_can_be_scored(engine):
+    longest_prompt = [VOCAB["7"]] * 8  # max_prompt_tokens
+    (sample,) = engine.generate([longest_prompt], n=1, greedy=True)
+    assert sample.finish_reason == "length"  # the random model's greedy path never picks EOS
+    scored = engine.sequence_logprobs(longest_prompt, sample.response_ids)
+    assert len(scored) == MAX_NEW_TOKENS and all(lp <= 0 for lp in scored)
+
+
 def test_greedy_decoding_is_deterministic(engine):
     first = engine.generate(PROMPTS[:2], n=1, greedy=True)
     second = engine.generate(PROMPTS[:2], n=1, greedy=True)
