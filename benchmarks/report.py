@@ -103,7 +103,7 @@ def _memory_gib() -> float | None:
 def _git_commit() -> str | None:
     # Read-only: rev-parse touches neither the index nor the work tree.
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False,
                              cwd=Path(__file__).resolve().parent.parent)
     except (OSError, subprocess.SubprocessError):
         return None
@@ -121,8 +121,8 @@ def write_report(report: dict[str, Any], out_dir: Path, stem: str) -> tuple[Path
 
 def render_markdown(report: dict[str, Any]) -> str:
     lines = [f"# gmts-lab benchmarks — {report['date']}{' (smoke)' if report['smoke'] else ''}", ""]
-    lines += ["Every figure is a ratio of cases measured side by side in this run (interleaved repetitions, "
-              "medians); absolute seconds are context only — the CPU is shared.", ""]
+    lines += [("Every figure is a ratio of cases measured side by side in this run (interleaved repetitions, "
+               "medians); absolute seconds are context only — the CPU is shared."), ""]
     lines += ["## Machine", ""] + [f"- {k}: {v}" for k, v in report["machine"].items()] + [""]
     lines += ["## Versions", ""] + [f"- {k}: {v}" for k, v in report["versions"].items()] + [""]
     lines += ["## Summary", "", "| benchmark | status | wall s |", "|---|---|---|"]

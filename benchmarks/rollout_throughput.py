@@ -61,8 +61,8 @@ def run(smoke: bool) -> dict:
     return BenchmarkResult(
         title="vLLM RolloutEngine vs transformers generate; n=16 with logprobs vs n=1",
         settings=settings, figures=figures, measurements=measurements,
-        notes=["tokens/s counts generated tokens up to and including EOS; the ratios are paired medians over "
-               "interleaved rounds."],
+        notes=[("tokens/s counts generated tokens up to and including EOS; the ratios are paired medians over "
+                "interleaved rounds.")],
     ).as_dict()
 
 
@@ -113,7 +113,7 @@ def _measure(scale: Scale, workload: PresetWorkload) -> dict:
     # Every call appended its token count, the warm-up round's included: drop those.
     tokens = {key: counts[-scale.rounds:] for key, counts in generated.items()}
     per_second = {key: [t / s for t, s in zip(tokens[key], samples.seconds[key])] for key in cases}
-    median = lambda values: sorted(values)[len(values) // 2]  # noqa: E731
+    median = lambda values: sorted(values)[len(values) // 2]
     label = scale.label
     speed = [v / h for v, h in zip(per_second["vllm"], per_second["hf"])]
     per_token = {key: [s / t for s, t in zip(samples.seconds[key], tokens[key])] for key in cases}

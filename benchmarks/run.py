@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import traceback
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.report import BenchmarkUnavailable, machine_info, versions, write_report
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         return _run_child(args.child, args.smoke, args.child_out, args.threads)
 
     names = [name for name in BENCHMARKS if not args.only or name in args.only]
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     report = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "smoke": args.smoke,

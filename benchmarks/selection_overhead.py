@@ -96,8 +96,8 @@ def run(smoke: bool) -> dict:
     figures += forwards["figures"]
     measurements["forward_counts"] = forwards["counts"]
     notes = [
-        "overhead (isolated) = (entropy/G on top of log π + select_tokens) / baseline fwd+bwd step; "
-        "in-step = paired median of step(method)/step(baseline) − 1.",
+        ("overhead (isolated) = (entropy/G on top of log π + select_tokens) / baseline fwd+bwd step; "
+         "in-step = paired median of step(method)/step(baseline) − 1."),
         "released GMTS way = one extra no-grad forward (+ entropy) per mini-batch before the step.",
         f"LearnerEngine forward count: {forwards['engine_status']}",
     ]
@@ -141,7 +141,7 @@ class _MicroBatchBench:
             logits = response_logits(self.model, batch.input_ids, batch.attention_mask, index.rows, index.positions)
             logp = token_stats_from_logits(logits[None], index.tokens[None], self.temperature).logp[0]
         # π_old and π_ref near π, so that some ratios clip and the KL term is non-zero, as in training.
-        noise = lambda: 0.1 * torch.randn(logp.shape, generator=gen)  # noqa: E731
+        noise = lambda: 0.1 * torch.randn(logp.shape, generator=gen)
         old = self._scatter(batch, index, logp + noise())
         ref = self._scatter(batch, index, logp + noise())
         return batch.replace(old_logp=old, ref_logp=ref)

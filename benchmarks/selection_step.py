@@ -57,7 +57,7 @@ def run(smoke: bool) -> dict:
     learner = {m: _pooled(runs[m], "time/train_step_s") for m in METHODS}
     sel_loss = {m: _pooled(runs[m], "time/selection_and_loss_s") for m in METHODS}
     forward = {m: _pooled(runs[m], "time/forward_s") for m in METHODS}
-    med = lambda values: statistics.median(values) if values else None  # noqa: E731
+    med = lambda values: statistics.median(values) if values else None
     figures: list[Figure] = []
     for method in METHODS[1:]:
         figures.append(Figure(f"step time {method} / none", _ratio(med(steps[method]), med(steps["none"])), "×",

@@ -20,6 +20,7 @@ each run's first iteration is dropped; seconds per iteration are medians over th
 
 from __future__ import annotations
 
+import itertools
 import logging
 import statistics
 import tempfile
@@ -89,9 +90,9 @@ def run(smoke: bool) -> dict:
         title="GRPO iteration time: gmts-lab (Ray + vLLM + DeepSpeed) vs TRL GRPOTrainer, same job, CPU",
         settings=settings, figures=figures, measurements=measurements,
         notes=["ratio > 1: gmts-lab is faster (TRL seconds per iteration / ours).",
-               "our time split comes from the loop's time/* metrics: rollout, reward, learner "
-               "(time/train_step_s inside the learner actor), sync (weights to vLLM), overhead = the rest "
-               "(Ray calls, batching, advantages, logging)."],
+               ("our time split comes from the loop's time/* metrics: rollout, reward, learner "
+                "(time/train_step_s inside the learner actor), sync (weights to vLLM), overhead = the rest "
+                "(Ray calls, batching, advantages, logging).")],
     ).as_dict()
 
 
@@ -219,7 +220,7 @@ class _StepClock(TrainerCallback):
 
     def iteration_seconds(self) -> list[float]:
         marks = [self.begin, *self.ends]
-        return [b - a for a, b in zip(marks, marks[1:])]
+        return [b - a for a, b in itertools.pairwise(marks)]
 
 
 def _trl_args(config, out_dir: str, steps: int):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM
 
-from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.ray_session import start_local_ray
+from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.timing import interleaved, paired_ratio
 from benchmarks.workloads import preset_workload
 from workers.rollout import RolloutEngine
@@ -100,7 +100,7 @@ def _measure(scale: Scale) -> dict:
         engine.shutdown()
 
     label = scale.label
-    gbps = lambda case: total_bytes / samples.median(case) / 1e9  # noqa: E731
+    gbps = lambda case: total_bytes / samples.median(case) / 1e9
     figures = [
         Figure(f"{label}: {case} / clone", paired_ratio(samples, case, "clone"), "×",
                f"{samples.median(case) * 1e3:.1f} ms, {gbps(case):.2f} GB/s vs clone {gbps('clone'):.2f} GB/s")

@@ -37,6 +37,6 @@ def evaluate(
         for sample, score in zip(samples, scores, strict=True):
             correct_per_problem[sample.prompt_index] += int(score >= 1.0)
         metrics[f"eval/{name}/accuracy"] = sum(correct_per_problem) / (n * len(problems))
-        metrics[f"eval/{name}/pass@{n}"] = sum(pass_at_k(n, c, n) for c in correct_per_problem) / len(problems)
+        metrics[f"eval/{name}/pass_at_{n}"] = sum(pass_at_k(n, c, n) for c in correct_per_problem) / len(problems)
         metrics[f"eval/{name}/response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)
     return metrics

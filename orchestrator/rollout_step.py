@@ -50,9 +50,12 @@ class Rollouts:
 
 def roll_out(problems: list[Problem], first_group_id: int, rollout, score_fn, tokenizer,
              config: ExperimentConfig) -> Rollouts:
+    """``first_group_id`` numbers the groups and seeds their sampling: the same step of a resumed
+    run draws the same samples as the uninterrupted run did."""
     prompts = [prompt_token_ids(problem, tokenizer, config.data.prompt_template) for problem in problems]
     started = time.perf_counter()
-    samples = rollout.generate(prompts, n=config.rollout.n_samples)
+    seed = config.training.seed * 1_000_003 + first_group_id
+    samples = rollout.generate(prompts, n=config.rollout.n_samples, seed=seed)
     generated = time.perf_counter()
     completions = tokenizer.batch_decode([s.response_ids for s in samples], skip_special_tokens=True)
     sample_problems = [problems[s.prompt_index] for s in samples]

@@ -87,5 +87,11 @@ class RunTracker:
             self.client.log_artifact(run_id or self.run_id, str(file), None if folder == "." else folder)
 
     def finish(self, status: str = "FINISHED") -> None:
-        self.flush()
+        try:
+            self.flush()
+        except Exception:
+            if status == "FINISHED":
+                raise
+            # A failing run must still be marked FAILED, and its own error must not be masked.
+            logger.exception("could not write the last metrics of failed run %s", self.run_id)
         self.client.set_terminated(self.run_id, status=status)

@@ -27,7 +27,7 @@ def smoke_report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("bench")
     env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
     completed = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--out", str(out)], cwd=REPO,
-                               env=env, capture_output=True, text=True, timeout=840)
+                               env=env, capture_output=True, text=True, timeout=840, check=False)
     report_file = out / "latest-smoke.json"
     assert report_file.is_file(), f"no report (exit {completed.returncode}):\n{completed.stderr[-4000:]}"
     report = json.loads(report_file.read_text())

@@ -9,6 +9,8 @@ from itertools import pairwise
 from pathlib import Path
 
 import ray
+from ray.util.placement_group import PlacementGroup
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 import torch
 
 from workers.rollout.config import RolloutConfig
@@ -29,20 +31,32 @@ class RolloutGroup:
         config: RolloutConfig,
         num_cpus_per_actor: float = 1,
         num_gpus_per_actor: float = 0,
+        placement_group: PlacementGroup | None = None,
+        bundle_indices: list[int] | None = None,
+        runtime_env: dict | None = None,
     ) -> None:
+        """``placement_group``/``bundle_indices``: where each actor goes (a sweep trial's own group)."""
         self.config = config
-        options = {"num_cpus": num_cpus_per_actor, "num_gpus": num_gpus_per_actor}
-        self.actors = [
-            RolloutActor.options(**options).remote(str(model_dir), config) for _ in range(config.num_actors)
-        ]
+        if placement_group is not None and (bundle_indices is None or len(bundle_indices) != config.num_actors):
+            raise ValueError(f"bundle_indices must name one bundle per rollout actor ({config.num_actors})")
+        self.actors = []
+        for rank in range(config.num_actors):
+            options: dict = {"num_cpus": num_cpus_per_actor, "num_gpus": num_gpus_per_actor}
+            if runtime_env is not None:
+                options["runtime_env"] = runtime_env
+            if placement_group is not None:
+                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+                    placement_group=placement_group, placement_group_bundle_index=bundle_indices[rank])
+            self.actors.append(RolloutActor.options(**options).remote(str(model_dir), config))
 
     def generate(
-        self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False
+        self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False, seed: int | None = None
     ) -> list[RolloutSample]:
         """Same contract as ``RolloutEngine.generate``: samples grouped by prompt, in prompt order."""
         chunks = _contiguous_chunks(len(prompt_token_ids), len(self.actors))
         pending = [
-            (start, actor.generate.remote(prompt_token_ids[start:stop], n, greedy))
+            (start, actor.generate.remote(prompt_token_ids[start:stop], n, greedy,
+                                          None if seed is None else seed + start))
             for actor, (start, stop) in zip(self.actors, chunks)
             if stop > start
         ]

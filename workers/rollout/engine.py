@@ -86,25 +86,31 @@ class RolloutEngine:
         return self._llm
 
     def generate(
-        self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False
+        self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False, seed: int | None = None
     ) -> list[RolloutSample]:
         """Sample ``n`` responses per prompt; the result lists prompt 0's samples, then prompt 1's, …
 
-        ``greedy`` decodes the argmax (evaluation); its logprobs are at temperature 1.
+        ``greedy`` decodes the argmax (evaluation); its logprobs are at temperature 1. ``seed`` makes
+        the draw a function of (seed, prompt position) alone — prompt i uses seed + i — not of the
+        engine's history, so a resumed run samples exactly what an uninterrupted one did.
         """
         from vllm import SamplingParams
 
         self._check_prompt_lengths(prompt_token_ids)
         if greedy and n != 1:
             raise ValueError(f"n={n}: greedy decoding gives one response per prompt, so n must be 1")
-        params = SamplingParams(
-            n=n,
-            temperature=0.0 if greedy else self.config.temperature,
-            top_p=self.config.top_p,
-            top_k=self.config.top_k,
-            max_tokens=self.config.max_new_tokens,
-            logprobs=0,  # the sampled token's logprob only
-        )
+        def params_for(prompt_seed: int | None) -> SamplingParams:
+            return SamplingParams(
+                n=n,
+                temperature=0.0 if greedy else self.config.temperature,
+                top_p=self.config.top_p,
+                top_k=self.config.top_k,
+                max_tokens=self.config.max_new_tokens,
+                logprobs=0,  # the sampled token's logprob only
+                seed=prompt_seed,
+            )
+
+        params = params_for(None) if seed is None else [params_for(seed + i) for i in range(len(prompt_token_ids))]
         outputs = self._llm.generate(_tokens_prompts(prompt_token_ids), params, use_tqdm=False)
         samples = []
         for prompt_index, (prompt_ids, output) in enumerate(zip(prompt_token_ids, outputs, strict=True)):
