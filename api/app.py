@@ -8,7 +8,7 @@ the Ray and MLflow clients block.
 import hmac
 import logging
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
@@ -19,7 +19,15 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.models import (
-    ErrorBody, Health, JobLogs, Links, MlflowLink, Readiness, SubmissionList, SubmissionOut, SweepResults,
+    ErrorBody,
+    Health,
+    JobLogs,
+    Links,
+    MlflowLink,
+    Readiness,
+    SubmissionList,
+    SubmissionOut,
+    SweepResults,
     TrialProgress,
 )
 from api.ray_jobs import JobsBackend, RayJobs, RayUnavailable
@@ -102,7 +110,7 @@ def create_app(settings: ApiSettings | None = None, jobs: JobsBackend | None = N
 def _probe(check) -> str:
     try:
         return check()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever fails, the dependency is not ready
         return f"unreachable ({type(exc).__name__})"
 
 
@@ -224,8 +232,8 @@ def _out(view: View) -> SubmissionOut:
         ray_status=record.ray_status,
         message=record.message,
         cancel_requested=record.cancel_requested,
-        created_at=datetime.fromtimestamp(record.created_at, timezone.utc),
-        updated_at=datetime.fromtimestamp(record.updated_at, timezone.utc),
+        created_at=datetime.fromtimestamp(record.created_at, UTC),
+        updated_at=datetime.fromtimestamp(record.updated_at, UTC),
         trials=TrialProgress(**vars(view.trials)),
         mlflow=MlflowLink(
             experiment=record.experiment,

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     except ApiError as exc:
         print(f"gmts: {exc}", file=sys.stderr)
         return 1
-    except (OSError, yaml.YAMLError, ValueError) as exc:
+    except (OSError, yaml.YAMLError, ValueError, TypeError) as exc:
         print(f"gmts: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -77,7 +77,7 @@ def _read_spec(source: str) -> dict[str, Any]:
         text = shipped.read_text()
     data = yaml.safe_load(text)
     if not isinstance(data, dict):
-        raise ValueError(f"{source}: a sweep spec is a YAML mapping")
+        raise TypeError(f"{source}: a sweep spec is a YAML mapping, not a {type(data).__name__}")
     return data
 
 

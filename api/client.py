@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 import httpx
 from pydantic import BaseModel
@@ -38,7 +38,7 @@ class GmtsClient:
                                   transport=transport)
 
     @classmethod
-    def from_env(cls, base_url: str | None = None, **kwargs: Any) -> "GmtsClient":
+    def from_env(cls, base_url: str | None = None, **kwargs: Any) -> GmtsClient:
         url = base_url or os.environ.get("GMTS_API_URL") or (
             f"http://{os.environ.get('GMTS_HOST', '127.0.0.1')}:{os.environ.get('GMTS_PORT', '8000')}")
         token = os.environ.get("GMTS_API_TOKEN", "").strip()
@@ -51,7 +51,7 @@ class GmtsClient:
     def close(self) -> None:
         self._http.close()
 
-    def __enter__(self) -> "GmtsClient":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,8 +2,8 @@
 
 Status is Ray's: a record is settled from the Ray job of its submission id (on start-up for every
 unfinished record, on every read of an unfinished one). When a job ends, MLflow runs it left open are
-closed — KILLED after a cancel (or any ``ray job stop``), FAILED after a crash — so that the MLflow UI
-never shows a dead sweep as running.
+closed — KILLED after a cancel (or any ``ray job stop``), FAILED after a crash or for trial attempts
+that died and were restarted — so that the MLflow UI never shows a dead sweep as running.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ ID_PREFIX = {"sweep": "sw", "run": "run"}
 # just before the job is submitted, so a read in between must not fail it.
 SUBMIT_GRACE_S = 60.0
 CANCEL_POLL_S = 0.5
+# Job status → (status for trial runs it left open, status for its parent run if still open). After a
+# success the only open runs are those of trial attempts that died and were restarted by Tune; the
+# parent is sweeps.run's to close.
+CLOSING: dict[str, tuple[str, str | None]] = {
+    "cancelled": ("KILLED", "KILLED"),
+    "failed": ("FAILED", "FAILED"),
+    "succeeded": ("FAILED", None),
+}
 
 
 class NotFound(Exception):
@@ -187,15 +195,16 @@ class ControlPlane:
     def _finish(self, record: Submission, status: str, ray_status: str | None, message: str) -> Submission:
         """Terminal: close the MLflow runs the job left open, then store the status (so that a crash in
         between is retried by the next reconciliation)."""
-        if status in ("cancelled", "failed"):
-            try:
-                location = self.tracking.locate(record)
-                if location is not None:
-                    closed = self.tracking.close_runs(location, "KILLED" if status == "cancelled" else "FAILED",
-                                                      force_parent=status == "cancelled")
-                    logger.info("%s %s: marked %d MLflow run(s) %s", record.kind, record.id, closed, status)
-            except Exception as exc:  # MLflow down: the status is still Ray's truth; log and go on
-                logger.warning("could not close the MLflow runs of %s: %s", record.id, exc)
+        trial_status, parent_status = CLOSING[status]
+        try:
+            location = self.tracking.locate(record)
+            if location is not None:
+                closed = self.tracking.close_runs(location, trial_status, parent_status,
+                                                  force_parent=status == "cancelled")
+                if closed:
+                    logger.info("%s %s (%s): closed %d MLflow run(s) left open", record.kind, record.id, status, closed)
+        except Exception as exc:  # noqa: BLE001 - MLflow down: the status is still Ray's truth; log, go on
+            logger.warning("could not close the MLflow runs of %s: %s", record.id, exc)
         logger.info("%s %s is %s (%s)", record.kind, record.id, status, message)
         return self.store.update(record, status=status, ray_status=ray_status, message=message)
 
@@ -228,7 +237,7 @@ class ControlPlane:
             location = self.tracking.locate(record)
             if location is not None and location.exact and record.mlflow_run_id != location.run_id:
                 record = self.store.update(record, mlflow_run_id=location.run_id)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a status page must not fail because MLflow does
             warnings.append(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__}); progress unknown")
         trials = self.tracking.trial_counts(location, record.trials_total)
         ui_url = self.tracking.run_link(location) if location else None
@@ -237,7 +246,7 @@ class ControlPlane:
     def results(self, record: Submission) -> tuple[Submission, str, dict[str, Any]]:
         try:
             location = self.tracking.locate(record)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any MLflow failure here means: not available now
             raise Unavailable(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__})") from None
         if location is None:
             raise Conflict(f"sweep {record.id} ({record.status}) has no MLflow parent run yet; try when it runs")

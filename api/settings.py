@@ -59,7 +59,7 @@ class ApiSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _resolve_paths(self) -> "ApiSettings":
+    def _resolve_paths(self) -> ApiSettings:
         self.state_dir = self.state_dir.expanduser().resolve()
         roots = [*(self.allowed_roots or [DEFAULT_MODEL_CACHE]), self.state_dir]
         self.allowed_roots = list(dict.fromkeys(root.expanduser().resolve() for root in roots))

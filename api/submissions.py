@@ -20,10 +20,11 @@ import json
 import logging
 import re
 import shlex
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError

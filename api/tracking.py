@@ -20,7 +20,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from api.store import Submission
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG
+from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, TRIAL_TAG
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class TrackingView:
 
     def trial_counts(self, location: RunLocation | None, total: int) -> TrialCounts:
         counts = TrialCounts(total=total)
-        for run in location.trials if location else []:
+        for run in _one_run_per_trial(location.trials if location else []):
             status = run.info.status
             if status in UNFINISHED_RUN_STATES:
                 counts.running += 1
@@ -116,19 +116,21 @@ class TrackingView:
                 counts.killed += 1
         return counts
 
-    def close_runs(self, location: RunLocation, status: str, force_parent: bool) -> int:
-        """Terminate the unfinished trial runs with ``status`` (finished trials keep theirs), and the
-        parent too — always when ``force_parent`` (a cancelled sweep is KILLED even if its driver
-        managed to mark it FAILED on the way down). Returns how many runs changed."""
+    def close_runs(self, location: RunLocation, trial_status: str, parent_status: str | None,
+                   force_parent: bool = False) -> int:
+        """After the job ended: no run of it can still be running. Unfinished trial runs get
+        ``trial_status`` (finished ones keep theirs); the parent gets ``parent_status`` if it is still
+        open — or whatever it says when ``force_parent`` (a cancelled sweep is KILLED even if its driver
+        marked it FAILED on the way down). Returns how many runs changed."""
         closed = 0
         for run in location.trials:
             if run.info.run_id != location.run_id and run.info.status in UNFINISHED_RUN_STATES:
-                self.client.set_terminated(run.info.run_id, status=status)
+                self.client.set_terminated(run.info.run_id, status=trial_status)
                 closed += 1
-        parent = self.client.get_run(location.run_id)
-        if force_parent or parent.info.status in UNFINISHED_RUN_STATES:
-            if parent.info.status != status:
-                self.client.set_terminated(location.run_id, status=status)
+        if parent_status is not None:
+            parent = self.client.get_run(location.run_id).info.status
+            if parent != parent_status and (force_parent or parent in UNFINISHED_RUN_STATES):
+                self.client.set_terminated(location.run_id, status=parent_status)
                 closed += 1
         return closed
 
@@ -141,3 +143,12 @@ class TrackingView:
         from sweeps.report import ablation_results  # written with the sweeps issue; imported when asked
 
         return ablation_results(self.uri, parent_run_id)
+
+
+def _one_run_per_trial(runs: list[Any]) -> list[Any]:
+    """A trial restarted by Tune may leave the run of an earlier attempt behind: count each trial once,
+    by its finished run, else its newest (the rule of sweeps.results.read_sweep)."""
+    chosen: dict[str, Any] = {}
+    for run in sorted(runs, key=lambda r: (r.info.status == "FINISHED", r.info.start_time or 0)):
+        chosen[run.data.tags.get(TRIAL_TAG, run.info.run_id)] = run
+    return list(chosen.values())

@@ -26,11 +26,11 @@ METRIC = "eval/arithmetic/accuracy"
 
 def settings_for(smoke: bool) -> dict:
     if smoke:
-        return {"seeds": [0], "steps": 1,
+        return {"seeds": [0], "steps": 1, "methods": ("none", "gmts"),
                 "overrides": ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
                               "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"]}
     # The preset's own run length and eval set (300 held-out problems, greedy).
-    return {"seeds": [0, 1, 2], "steps": None, "overrides": []}
+    return {"seeds": [0, 1, 2], "steps": None, "methods": METHODS, "overrides": []}
 
 
 def run(smoke: bool) -> dict:
@@ -40,6 +40,7 @@ def run(smoke: bool) -> dict:
     from orchestrator.config_loader import load_experiment
 
     cfg = settings_for(smoke)
+    methods = cfg["methods"]
     steps = cfg["steps"] or load_experiment(PRESET).training.steps
     accuracy: dict[str, list[float]] = defaultdict(list)
     wall: dict[str, list[float]] = defaultdict(list)
@@ -47,8 +48,8 @@ def run(smoke: bool) -> dict:
     start_local_ray()
     try:
         for index, seed in enumerate(cfg["seeds"]):
-            shift = index % len(METHODS)
-            for method in METHODS[shift:] + METHODS[:shift]:
+            shift = index % len(methods)
+            for method in methods[shift:] + methods[:shift]:
                 overrides = cfg["overrides"] + [f"selection.method={method}", f"training.seed={seed}"]
                 overrides += ["selection.ratio=null"] if method == "none" else ["selection.ratio=0.2", "selection.mode=top"]
                 result = run_loop(PRESET, overrides, steps)
@@ -60,19 +61,19 @@ def run(smoke: bool) -> dict:
         ray.shutdown()
 
     figures: list[Figure] = []
-    for method in METHODS:
+    for method in methods:
         values = accuracy[method]
         std = statistics.stdev(values) if len(values) > 1 else None
         figures.append(Figure(f"{method}: final accuracy (mean over {len(values)} seeds)", statistics.fmean(values), "",
                               f"± {std:.3f} (sample std); seeds {values}; mean run {statistics.fmean(wall[method]):.0f} s"
                               if std is not None else f"one seed; run {wall[method][0]:.0f} s"))
     base = statistics.fmean(accuracy["none"])
-    for method in METHODS[1:]:
+    for method in methods[1:]:
         figures.append(Figure(f"{method} − none: accuracy", statistics.fmean(accuracy[method]) - base, "",
                               "difference of means (fraction of problems)"))
     return BenchmarkResult(
         title="accuracy after a fixed number of RL steps: none vs ETS vs GMTS top-20 % (cpu-tiny-s)",
-        settings={"preset": PRESET, "steps": steps, "seeds": cfg["seeds"], "methods": list(METHODS),
+        settings={"preset": PRESET, "steps": steps, "seeds": cfg["seeds"], "methods": list(methods),
                   "ratio": 0.2, "overrides": cfg["overrides"], "metric": METRIC},
         figures=figures, measurements={"runs": per_run},
     ).as_dict()

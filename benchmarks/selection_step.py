@@ -28,11 +28,11 @@ LEARNER_KEYS = ("time/train_step_s", "time/forward_s", "time/selection_and_loss_
 
 def settings_for(smoke: bool) -> dict:
     common = ["data.eval.arithmetic.limit=32", "selection.ratio=0.2"]
-    if smoke:
-        return {"steps": 2, "rounds": 1, "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8",
-                                                               "learner.mini_batch_size=64",
-                                                               "learner.micro_batch_size=64"]}
-    return {"steps": 8, "rounds": 2, "overrides": common}
+    if smoke:  # two runs: every train() pays its actors' start-up (tens of seconds on 2 cores)
+        return {"steps": 2, "rounds": 1, "methods": ("none", "gmts_exact"),
+                "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
+                                       "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"]}
+    return {"steps": 8, "rounds": 2, "methods": METHODS, "overrides": common}
 
 
 def run(smoke: bool) -> dict:
@@ -40,12 +40,13 @@ def run(smoke: bool) -> dict:
     import ray
 
     cfg = settings_for(smoke)
+    methods = cfg["methods"]
     runs: dict[str, list[LoopRun]] = defaultdict(list)
     start_local_ray()
     try:
         for round_index in range(cfg["rounds"]):
-            shift = round_index % len(METHODS)
-            for method in METHODS[shift:] + METHODS[:shift]:
+            shift = round_index % len(methods)
+            for method in methods[shift:] + methods[:shift]:
                 overrides = cfg["overrides"] + [f"selection.method={method}"]
                 if method == "none":  # keeps every token: the preset's ratio must go
                     overrides = [o for o in overrides if not o.startswith("selection.ratio")] + ["selection.ratio=null"]
@@ -53,33 +54,33 @@ def run(smoke: bool) -> dict:
     finally:
         ray.shutdown()
 
-    steps = {m: _pooled(runs[m], "time/step") for m in METHODS}
-    learner = {m: _pooled(runs[m], "time/train_step_s") for m in METHODS}
-    sel_loss = {m: _pooled(runs[m], "time/selection_and_loss_s") for m in METHODS}
-    forward = {m: _pooled(runs[m], "time/forward_s") for m in METHODS}
+    steps = {m: _pooled(runs[m], "time/step") for m in methods}
+    learner = {m: _pooled(runs[m], "time/train_step_s") for m in methods}
+    sel_loss = {m: _pooled(runs[m], "time/selection_and_loss_s") for m in methods}
+    forward = {m: _pooled(runs[m], "time/forward_s") for m in methods}
     med = lambda values: statistics.median(values) if values else None
     figures: list[Figure] = []
-    for method in METHODS[1:]:
+    for method in methods[1:]:
         figures.append(Figure(f"step time {method} / none", _ratio(med(steps[method]), med(steps["none"])), "×",
                               f"{med(steps[method]):.3f} s vs {med(steps['none']):.3f} s (time/step)"))
-    for method in METHODS[1:]:
+    for method in methods[1:]:
         figures.append(Figure(f"learner update {method} / none", _ratio(med(learner[method]), med(learner["none"])),
                               "×", "time/train_step_s"))
-    for method in METHODS:
+    for method in methods:
         share = _ratio(med(sel_loss[method]), med(learner[method]))
         figures.append(Figure(f"{method}: selection+loss share of the learner update",
                               None if share is None else 100 * share, "%", "time/selection_and_loss_s"))
-    gmts_step, gmts_forward = med(steps["gmts"]), med(forward["gmts"])
+    gmts_step, gmts_forward = med(steps.get("gmts", [])), med(forward.get("gmts", []))
     if gmts_step and gmts_forward is not None:
         figures.append(Figure("released-way step (estimated) / our gmts step", (gmts_step + gmts_forward) / gmts_step,
                               "×", "our gmts step + one more forward (time/forward_s) per mini-batch"))
     return BenchmarkResult(
         title="step time by selection method in train() (cpu-tiny-s)",
-        settings={"preset": PRESET, "methods": list(METHODS), "steps_per_run": cfg["steps"],
+        settings={"preset": PRESET, "methods": list(methods), "steps_per_run": cfg["steps"],
                   "rounds": cfg["rounds"], "overrides": cfg["overrides"],
-                  "steady_steps_per_method": {m: len(steps[m]) for m in METHODS}},
+                  "steady_steps_per_method": {m: len(steps[m]) for m in methods}},
         figures=figures,
-        measurements={m: [run.breakdown() for run in runs[m]] for m in METHODS},
+        measurements={m: [run.breakdown() for run in runs[m]] for m in methods},
         notes=["each run's first step is dropped; medians pool the remaining steps of every round."],
     ).as_dict()
 

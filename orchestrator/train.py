@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 import ray
+import torch
 from transformers import AutoTokenizer
 
 from orchestrator import checkpointing
@@ -37,6 +38,9 @@ from workers.reward.actor import RewardWorker
 from workers.rollout.actor import RolloutGroup
 
 logger = logging.getLogger("orchestrator.train")
+
+# Answers of the last batch whose token entropies and gradient norms are saved for the report's scatter.
+DIAGNOSTIC_ANSWERS = 64
 
 
 @dataclass
@@ -146,7 +150,7 @@ def train(
             logger.info("step 0 | %s", _fmt(initial))
 
         history: list[dict[str, float]] = []
-        last_eval: dict[str, float] = {}
+        batch: TrainBatch | None = None
         for step in range(start_step + 1, config.training.steps + 1):
             step_started = time.perf_counter()
             rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
@@ -161,8 +165,7 @@ def train(
                 metrics.update(workers.learners.train_step(batch, step))
                 metrics["time/sync"] = workers.sync_weights()
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
-                last_eval = run_eval()
-                metrics.update(last_eval)
+                metrics.update(run_eval())
             metrics["time/step"] = time.perf_counter() - step_started
             tracker.log_step(step, metrics)
             history.append(metrics)
@@ -178,8 +181,12 @@ def train(
                 on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
 
         final = run_eval()
-        tracker.log_step(config.training.steps, {f"{k}": v for k, v in final.items()})
+        tracker.log_step(config.training.steps, final)
         logger.info("final | %s", _fmt(final))
+        if batch is not None:
+            # The paper's motivating figure: entropy vs exact gradient norm, token by token.
+            sample = batch.select(torch.arange(min(DIAGNOSTIC_ANSWERS, batch.batch_size)))
+            tracker.log_json({"answers": workers.learners.token_statistics(sample)}, "diagnostics/token_stats.json")
         status = "FINISHED"
         return TrainResult(run_id=tracker.run_id, steps=config.training.steps, final_metrics=final,
                            run_dir=run_dir, history=history)

@@ -36,18 +36,23 @@ TOKEN_STATS_ARTIFACT = "diagnostics/token_stats.json"
 CURVE_METRICS = ("reward/mean", "train/accuracy")
 
 
-class TokenStats(BaseModel):
-    """``diagnostics/token_stats.json`` of a trial run: one diagnostic batch, one list per answer."""
-
-    entropy: list[list[float]]  # per answer: H_t of each response token
-    grad_norm: list[list[float]]  # per answer: G_t = ‖e_o − p‖₂ of the same tokens
-    step: int | None = None
+class AnswerTokens(BaseModel):
+    entropy: list[float]  # H_t of each response token
+    grad_norm: list[float]  # G_t = ‖e_o − p‖₂ of the same tokens
+    advantage: float | None = None
 
     @model_validator(mode="after")
-    def _same_shapes(self) -> TokenStats:
-        if [len(a) for a in self.entropy] != [len(a) for a in self.grad_norm]:
-            raise ValueError("grad_norm: must hold one value per token of entropy, answer by answer")
+    def _same_length(self) -> AnswerTokens:
+        if len(self.entropy) != len(self.grad_norm):
+            raise ValueError(f"grad_norm: {len(self.grad_norm)} values for {len(self.entropy)} entropies")
         return self
+
+
+class TokenStats(BaseModel):
+    """``diagnostics/token_stats.json`` of a trial run (``orchestrator.train``): one diagnostic batch."""
+
+    answers: list[AnswerTokens]
+    step: int | None = None
 
 
 @dataclass
@@ -129,8 +134,8 @@ def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: l
                 continue
         title = f"{trial.name} ({trial.point.method})" + (f", step {stats.step}" if stats.step is not None else "")
         path = plots.entropy_vs_gradnorm(
-            [h for answer in stats.entropy for h in answer],
-            [g for answer in stats.grad_norm for g in answer],
+            [h for answer in stats.answers for h in answer.entropy],
+            [g for answer in stats.answers for g in answer.grad_norm],
             within_answer_spearman(stats),
             folder / "entropy_vs_gradnorm.png",
             title,
@@ -146,14 +151,15 @@ def within_answer_spearman(stats: TokenStats) -> float:
 
     from workers.learner.diagnostics import within_answer_spearman as spearman
 
-    width = max((len(a) for a in stats.entropy), default=0)
-    rows = len(stats.entropy)
+    width = max((len(a.entropy) for a in stats.answers), default=0)
+    rows = len(stats.answers)
     entropy, grad_norm = torch.zeros(rows, width, dtype=torch.float64), torch.zeros(rows, width, dtype=torch.float64)
     mask = torch.zeros(rows, width, dtype=torch.bool)
-    for i, (h, g) in enumerate(zip(stats.entropy, stats.grad_norm)):
-        entropy[i, : len(h)] = torch.tensor(h, dtype=torch.float64)
-        grad_norm[i, : len(g)] = torch.tensor(g, dtype=torch.float64)
-        mask[i, : len(h)] = True
+    for i, answer in enumerate(stats.answers):
+        n = len(answer.entropy)
+        entropy[i, :n] = torch.tensor(answer.entropy, dtype=torch.float64)
+        grad_norm[i, :n] = torch.tensor(answer.grad_norm, dtype=torch.float64)
+        mask[i, :n] = True
     return spearman(entropy, grad_norm, mask)
 
 
@@ -185,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, help="keep the report files here (default: a temporary folder)")
     parser.add_argument("--no-upload", action="store_true", help="do not log the files on the parent run")
     args = parser.parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(Path("runs"))
     client = MlflowClient(tracking_uri)

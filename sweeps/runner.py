@@ -89,6 +89,8 @@ def run_sweep(prepared: PreparedSweep, spec: SweepSpec, address: str | None = No
         )
         parent_id = parent.info.run_id
         trials = nest_trials(prepared.trials, record, parent_id)
+        # Every checkpoint marker forces a Tune state snapshot; with checkpoints seconds apart Tune warns each time.
+        os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
         tuner = restore_tuner(trials, layout) if prepared.resume else build_tuner(spec, trials, layout)
         logger.info("sweep %s: %d trials, Tune folder %s", record.sweep_id, len(trials), layout.tune_dir)
         try:

@@ -374,6 +374,24 @@ def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
     assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "cancelled"
 
 
+def test_a_restarted_trial_counts_once_and_its_dead_attempt_is_closed(client, jobs, settings) -> None:
+    sweep = _submit(client)
+    jobs.set(sweep["ray_submission_id"], "RUNNING")
+    mlflow, parent, children = _fake_sweep_runs(settings, sweep["id"], "api-test")
+    experiment = mlflow.get_run(parent).info.experiment_id
+    # trial 1 again: Tune restarted it after its first attempt died; the new attempt finishes
+    retry = mlflow.create_run(experiment, tags={PARENT_TAG: parent, API_ID_TAG: sweep["id"], TRIAL_TAG: "api-test-t001"})
+    mlflow.set_terminated(retry.info.run_id, "FINISHED")
+    mlflow.set_terminated(children[2], "FINISHED")
+    mlflow.set_terminated(parent, "FINISHED")
+    jobs.set(sweep["ray_submission_id"], "SUCCEEDED")
+    body = client.get(f"/v1/sweeps/{sweep['id']}").json()
+    assert body["status"] == "succeeded"
+    assert body["trials"] == {"total": 3, "running": 0, "finished": 3, "failed": 0, "killed": 0}
+    assert mlflow.get_run(children[1]).info.status == "FAILED"  # the dead attempt no longer shows as running
+    assert mlflow.get_run(parent).info.status == "FINISHED"
+
+
 def test_logs_tail(client, jobs) -> None:
     sweep = _submit(client)
     jobs.set(sweep["ray_submission_id"], "RUNNING", logs="\n".join(f"line {i}" for i in range(500)))
@@ -386,7 +404,7 @@ def test_results_are_the_reports_ablation_table(client, jobs, settings) -> None:
     sweep = _submit(client)
     early = client.get(f"/v1/sweeps/{sweep['id']}/results")
     assert early.status_code == 409 and "no MLflow parent run yet" in early.json()["message"]
-    mlflow, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
+    _, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
     jobs.set(sweep["ray_submission_id"], "SUCCEEDED")
     response = client.get(f"/v1/sweeps/{sweep['id']}/results")
     assert response.status_code == 200, response.text

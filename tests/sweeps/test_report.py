@@ -31,8 +31,8 @@ FINALS = {
     ("ets", 0.2, "bottom", 0): (0.05, 0.01),
 }
 # One diagnostic batch of two answers: Spearman 1.0 and 0.8, mean 0.9.
-TOKEN_STATS = {"step": 1, "entropy": [[0.1, 0.2, 0.3, 0.4], [1.0, 2.0, 3.0, 4.0]],
-               "grad_norm": [[0.5, 0.6, 0.7, 0.8], [1.0, 3.0, 2.0, 4.0]]}
+TOKEN_STATS = {"answers": [{"entropy": [0.1, 0.2, 0.3, 0.4], "grad_norm": [0.5, 0.6, 0.7, 0.8], "advantage": 1.0},
+                           {"entropy": [1.0, 2.0, 3.0, 4.0], "grad_norm": [1.0, 3.0, 2.0, 4.0], "advantage": -0.5}]}
 
 
 def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str, point: tuple, finals: tuple | None,

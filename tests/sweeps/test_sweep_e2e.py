@@ -35,7 +35,7 @@ STEPS, CHECKPOINT_EVERY = 6, 2
 LEARNER_PROCESS = "ray::LearnerActor"
 PRESET = {
     "extends": "cpu-tiny-s",
-    "warmup": {"steps": 20, "examples": 500},
+    "warmup": {"steps": 60, "examples": 500},
     "rollout": {"n_samples": 4},
     "data": {"eval": {"arithmetic": {"source": "arithmetic", "split": "test", "limit": 16}}, "prompts_per_step": 8},
     "learner": {"mini_batch_size": 32, "micro_batch_size": 32},

@@ -61,6 +61,9 @@ class LearnerActor:
     def load_checkpoint(self, path: str) -> dict:
         return self.engine.load_checkpoint(path)
 
+    def token_statistics(self, batch: TrainBatch) -> list[dict]:
+        return self.engine.token_statistics(batch)
+
     def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
                           temperature: float | None = None) -> list[float]:
         return self.engine.sequence_logprobs(prompt_ids, response_ids, temperature)

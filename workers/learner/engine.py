@@ -178,6 +178,30 @@ class LearnerEngine:
         return batch.replace(old_logp=old.cpu(), ref_logp=ref.cpu() if ref is not None else batch.ref_logp)
 
     @torch.no_grad()
+    def token_statistics(self, batch: TrainBatch) -> list[dict[str, list[float] | float]]:
+        """Per answer: each response token's entropy H and logits-gradient norm G = ‖e_o − p‖ at the
+        current weights, with the answer's advantage — the data of the paper's entropy-vs-gradient
+        figure. One no-grad forward per micro-batch; a collective under ZeRO-3."""
+        batch = batch.to("cpu")
+        answers: list[dict[str, list[float] | float]] = []
+        self.engine.eval()
+        try:
+            for rows in torch.arange(batch.batch_size).split(self.learner.micro_batch_size):
+                piece = batch.select(rows).to(self.device)
+                index = piece.response_index()
+                logits = self.engine(piece.input_ids, piece.attention_mask, index.rows, index.positions)
+                stats = token_stats_from_logits(logits[None], index.tokens[None], self.temperature,
+                                                with_grad_norm=True)
+                for row in range(piece.batch_size):
+                    at_row = index.rows == row
+                    answers.append({"entropy": stats.entropy[0][at_row].cpu().tolist(),
+                                    "grad_norm": stats.grad_norm[0][at_row].cpu().tolist(),
+                                    "advantage": float(piece.advantages[row])})
+        finally:
+            self.engine.train()
+        return answers
+
+    @torch.no_grad()
     def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
                           temperature: float | None = None) -> list[float]:
         """log π(response token j | prompt, earlier tokens) for each response token, current weights.

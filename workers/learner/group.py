@@ -96,6 +96,10 @@ class LearnerGroup:
     def load_checkpoint(self, path: str | Path) -> dict:
         return self._on_all("load_checkpoint", str(path))[0]
 
+    def token_statistics(self, batch: TrainBatch) -> list[dict]:
+        """Per-answer token entropy and G (see LearnerEngine.token_statistics), answers in shard order."""
+        return [answer for shard in self._on_shards("token_statistics", batch) for answer in shard]
+
     def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
                           temperature: float | None = None) -> list[float]:
         return self._on_all("sequence_logprobs", prompt_ids, response_ids, temperature)[0]

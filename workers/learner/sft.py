@@ -60,6 +60,9 @@ def supervised_warmup(
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    # Warm up for 5 % of the steps, then anneal: a short run lands on a reproducible base policy
+    # instead of wherever a constant rate happens to be at the last step.
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.05)
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     for step in range(steps):
@@ -70,6 +73,7 @@ def supervised_warmup(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
+        schedule.step()
         if step % 50 == 0 or step == steps - 1:
             logger.info("warm-up step %d/%d: answer loss %.4f", step + 1, steps, loss.item())
     return _save_folder(model, Path(model_dir), out_dir)
