@@ -115,11 +115,12 @@ class ControlPlane:
                 env_vars=self._job_env(api_id),
                 metadata={"gmts.api_id": api_id, "gmts.kind": kind, "gmts.name": prepared.name},
             )
-        except RayUnavailable as exc:
+        except (RayUnavailable, RuntimeError) as exc:  # RuntimeError: Ray answered, but with an error
             # Not submitted: forget it, so that a retry with the same idempotency key starts afresh.
             self.store.delete(record.id)
             job_file.unlink(missing_ok=True)
-            raise Unavailable(str(exc)) from None
+            reason = str(exc) if isinstance(exc, RayUnavailable) else f"Ray refused the job: {str(exc)[:300]}"
+            raise Unavailable(reason) from None
         logger.info("submitted %s %s (%s) as Ray job %s", kind, api_id, prepared.name, record.ray_submission_id)
         return record, False
 

@@ -67,7 +67,7 @@ class AlgorithmConfig(_Strict):
         if not isinstance(data, dict):
             return data
         name = data.get("name", "grpo")
-        defaults = ALGORITHM_DEFAULTS.get(name)
+        defaults = ALGORITHM_DEFAULTS.get(name) if isinstance(name, str) else None  # else: the field's own error
         return data if defaults is None else _deep_merge(defaults, data)
 
 

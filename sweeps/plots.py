@@ -107,7 +107,8 @@ def learning_curves(curves: list[Curve], path: Path) -> Path | None:
 
 def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], spearman: float, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(6, 5))
-    ax.scatter(entropy, grad_norm, s=6, alpha=0.4, color="tab:purple", edgecolors="none")
+    size = 14 if len(entropy) < 2000 else 4
+    ax.scatter(entropy, grad_norm, s=size, alpha=0.4, color="tab:purple", edgecolors="none")
     ax.set_xlabel("token entropy H")
     ax.set_ylabel("gradient norm G = ‖e_o − p‖₂")
     ax.set_title(f"{title}\nwithin-answer Spearman ρ = {spearman:.3f} ({len(entropy)} tokens)")

@@ -26,7 +26,7 @@ from rich.console import Console
 from sweeps import plots
 from sweeps.ablation import AblationResults, ablation
 from sweeps.results import SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
-from sweeps.table_views import WideTable, to_csv, to_html, to_markdown, to_rich, wide_tables
+from sweeps.table_views import LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_rich, wide_tables
 from sweeps.tracking import default_tracking_uri
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,8 @@ def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: l
             except ValidationError as exc:
                 notes.append(f"entropy-vs-G scatter: {trial.name}'s {TOKEN_STATS_ARTIFACT} is malformed: {exc}")
                 continue
-        title = f"{trial.name} ({trial.point.method})" + (f", step {stats.step}" if stats.step is not None else "")
+        when = f"step {stats.step}" if stats.step is not None else "last training batch"
+        title = f"{trial.name} ({trial.point.method}), {when}"
         path = plots.entropy_vs_gradnorm(
             [h for answer in stats.answers for h in answer.entropy],
             [g for answer in stats.answers for g in answer.grad_norm],
@@ -170,10 +171,14 @@ def ui_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
-def print_report(report: Report, tracking_uri: str, console: Console) -> None:
+def print_report(report: Report, tracking_uri: str, console: Console, metric: str = "accuracy") -> None:
+    if report.tables:
+        console.print(f"[bold]Ablation of sweep {report.results.sweep_id}[/]: {metric} (%), {LEGEND}", soft_wrap=True)
     for table in to_rich(report.results, report.tables):
         console.print(table)
-    if not report.tables:
+    if report.tables:
+        console.print(summary(report.results), soft_wrap=True)
+    else:
         console.print("[yellow]No finished trial logged an eval metric: the table is empty.[/]")
     for note in report.notes:
         console.print(f"[dim]note: {note}[/]", soft_wrap=True)
@@ -203,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix="gmts-report-") as tmp:
         report = build_report(client, parent, args.out_dir or Path(tmp), metric=args.metric, upload=not args.no_upload)
-        print_report(report, tracking_uri, console)
+        print_report(report, tracking_uri, console, args.metric)
         if args.out_dir:
             console.print(f"Report files: {args.out_dir}")
     if args.metric not in report.results.metrics and report.results.metrics:

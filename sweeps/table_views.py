@@ -18,6 +18,7 @@ from sweeps.ablation import AblationResults, Cell, method_rank, mode_rank
 
 PERCENT = 100.0
 ALL_TOKENS = "all"
+LEGEND = "mean ± std over seeds (Δ = GMTS − ETS at the same ratio)"
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class WideTable:
 
     @property
     def title(self) -> str:
-        return f"{self.metric} (%) — model {self.model_size}, {self.algorithm}; mean ± std over seeds (Δ GMTS − ETS)"
+        return f"{self.metric} (%) — model {self.model_size}, {self.algorithm}; {LEGEND}"
 
 
 def format_cell(cell: Cell | None) -> str:
@@ -68,7 +69,7 @@ def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str)
 
 
 def to_markdown(results: AblationResults, tables: list[WideTable]) -> str:
-    lines = [f"# Ablation: sweep {results.sweep_id}", "", _summary(results), ""]
+    lines = [f"# Ablation: sweep {results.sweep_id}", "", summary(results), ""]
     for table in tables:
         header = ["method", "mode"] + [f"ρ={r} {b}" if r != ALL_TOKENS else f"{r} {b}" for r, b in table.columns]
         lines += [f"## {table.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -89,7 +90,7 @@ def to_html(results: AblationResults, tables: list[WideTable]) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>Ablation {e(results.sweep_id)}</title>",
         f"<style>{_CSS}</style>",
-        f"</head><body><h1>Ablation: sweep {e(results.sweep_id)}</h1><p>{e(_summary(results))}</p>",
+        f"</head><body><h1>Ablation: sweep {e(results.sweep_id)}</h1><p>{e(summary(results))}</p>",
     ]
     for table in tables:
         ratios = list(dict.fromkeys(r for r, _ in table.columns))
@@ -107,7 +108,7 @@ def to_html(results: AblationResults, tables: list[WideTable]) -> str:
 def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
     views = []
     for table in tables:
-        view = Table(title=table.title, caption=_summary(results))
+        view = Table(title=f"model {table.model_size} · {table.algorithm}", title_justify="left")
         view.add_column("method")
         view.add_column("mode")
         for ratio, benchmark in table.columns:
@@ -134,7 +135,7 @@ def to_csv(results: AblationResults) -> str:
     return out.getvalue()
 
 
-def _summary(results: AblationResults) -> str:
+def summary(results: AblationResults) -> str:
     text = f"{results.finished} finished trial(s)"
     if results.unfinished:
         text += f"; not in the table: {', '.join(f'{t.name} ({t.status})' for t in results.unfinished)}"

@@ -21,7 +21,8 @@ class FakeJobs:
     def __init__(self) -> None:
         self.jobs: dict[str, dict] = {}
         self.available = True
-        self.stop_takes_effect = True  # False: stop is requested but the job keeps running
+        self.stop_takes_effect = True
+        self.refuse = False  # True: Ray answers submissions with an error (as JobSubmissionClient raises it)  # False: stop is requested but the job keeps running
 
     def _check(self) -> None:
         if not self.available:
@@ -29,6 +30,8 @@ class FakeJobs:
 
     def submit(self, submission_id: str, entrypoint: str, env_vars: dict[str, str], metadata: dict[str, str]) -> None:
         self._check()
+        if self.refuse:
+            raise RuntimeError("Request failed with status code 500: runtime_env setup failed.")
         assert submission_id not in self.jobs, "Ray refuses a duplicate submission id"
         self.jobs[submission_id] = {"entrypoint": entrypoint, "env_vars": env_vars, "metadata": metadata,
                                     "status": "PENDING", "message": "", "logs": ""}

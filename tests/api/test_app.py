@@ -298,7 +298,10 @@ def test_ray_down_at_submit_is_503_and_leaves_no_record(client, jobs) -> None:
     jobs.available = False
     response = client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "retry-me"})
     assert response.status_code == 503 and "fake Ray is down" in response.json()["message"]
-    jobs.available = True
+    jobs.available, jobs.refuse = True, True
+    response = client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "retry-me"})
+    assert response.status_code == 503 and "Ray refused the job" in response.json()["message"]
+    jobs.refuse = False
     assert client.get("/v1/sweeps").json()["items"] == []
     assert client.post("/v1/sweeps", json=sweep_body(), headers={"Idempotency-Key": "retry-me"}).status_code == 201
 

@@ -35,9 +35,9 @@ STEPS, CHECKPOINT_EVERY = 6, 2
 LEARNER_PROCESS = "ray::LearnerActor"
 PRESET = {
     "extends": "cpu-tiny-s",
-    "warmup": {"steps": 60, "examples": 500},
+    "warmup": {"enabled": False},  # the plumbing is under test, not learning: skip the supervised warm-up
     "rollout": {"n_samples": 4},
-    "data": {"eval": {"arithmetic": {"source": "arithmetic", "split": "test", "limit": 16}}, "prompts_per_step": 8},
+    "data": {"eval": {"arithmetic": {"source": "arithmetic", "split": "test", "limit": 8}}, "prompts_per_step": 8},
     "learner": {"mini_batch_size": 32, "micro_batch_size": 32},
     "training": {"steps": STEPS},
     "evaluation": {"interval": 0},

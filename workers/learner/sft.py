@@ -8,6 +8,8 @@ reaches 15–50 % greedy accuracy in 75–115 s on one thread). Plain PyTorch: o
 
 from __future__ import annotations
 
+import math
+
 import logging
 import os
 import shutil
@@ -62,7 +64,9 @@ def supervised_warmup(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     # Warm up for 5 % of the steps, then anneal: a short run lands on a reproducible base policy
     # instead of wherever a constant rate happens to be at the last step.
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=lr, total_steps=steps, pct_start=0.05)
+    warm = max(1, steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     for step in range(steps):
