@@ -159,9 +159,16 @@ def train(
                 batch = TrainBatch.from_lists(
                     [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples],
                     advantages_of(rollouts, config), rollouts.group_ids, pad_id=_pad_id(tokenizer),
+                    old_logp=[s.response_logprobs for s in rollouts.samples],
                 )
                 if _needs_old_logp(config):
+                    sampled_logp = batch.old_logp
                     batch = workers.learners.compute_reference_stats(batch)
+                    # vLLM and the learner must agree on π_old: a drift here means a broken weight sync.
+                    metrics["rollout/logprob_diff"] = float(
+                        ((sampled_logp - batch.old_logp).abs() * batch.response_mask).sum() / batch.response_mask.sum())
+                else:
+                    batch = batch.replace(old_logp=None)  # on-policy: the learner's first forward is π_old
                 metrics.update(workers.learners.train_step(batch, step))
                 metrics["time/sync"] = workers.sync_weights()
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:

@@ -22,6 +22,7 @@ from sweeps.ablation import AblationResults, method_rank
 
 METHOD_COLORS = {"none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange", "random": "tab:green"}
 MODES = ("top", "bottom")
+SMOOTHING = 10  # steps in the learning curves' moving average
 
 
 @dataclass(frozen=True)
@@ -49,9 +50,11 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
     for model_size, algorithm in sections:
         mine = [c for c in cells if (c.model_size, c.algorithm) == (model_size, algorithm)]
         benchmarks = sorted({c.benchmark for c in mine})
-        fig, axes = plt.subplots(len(benchmarks), 2, figsize=(10, 3.6 * len(benchmarks)), squeeze=False)
+        modes = [m for m in MODES if any(c.mode == m for c in mine)] or [MODES[0]]
+        fig, axes = plt.subplots(len(benchmarks), len(modes), figsize=(5.5 * len(modes), 3.6 * len(benchmarks)),
+                                 squeeze=False)
         for row, benchmark in enumerate(benchmarks):
-            for col, mode in enumerate(MODES):
+            for col, mode in enumerate(modes):
                 ax = axes[row][col]
                 for cell in (c for c in mine if c.benchmark == benchmark and c.method == "none"):
                     ax.axhline(cell.mean, color=METHOD_COLORS["none"], linestyle="--", label="none (all tokens)")
@@ -93,14 +96,15 @@ def learning_curves(curves: list[Curve], path: Path) -> Path | None:
                 style = "--" if curve.mode == "bottom" else "-"
                 ratios = sorted({c.ratio or 0.0 for c in mine if c.method == curve.method})
                 color = _shade(METHOD_COLORS.get(curve.method, "k"), ratios.index(curve.ratio or 0.0), len(ratios))
-                ax.plot(curve.steps, curve.values, style, color=color, label=curve.label)
+                ax.plot(curve.steps, curve.values, style, color=color, alpha=0.25, linewidth=0.8)
+                ax.plot(curve.steps, _smoothed(curve.values), style, color=color, label=curve.label)
             ax.set_title(f"{metric} — model {section[0]}, {section[1]}")
             ax.set_xlabel("RL step")
             ax.set_ylabel(metric)
             ax.grid(alpha=0.3)
             if mine:
                 ax.legend(fontsize=7)
-    fig.suptitle("Learning curves (mean over seeds)")
+    fig.suptitle(f"Learning curves (mean over seeds; faint: raw, bold: moving average over {SMOOTHING} steps)")
     fig.tight_layout()
     return _save(fig, path)
 
@@ -115,6 +119,17 @@ def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], spearman: 
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _smoothed(values: list[float], window: int = SMOOTHING) -> list[float]:
+    """Trailing moving average (the first points average what there is so far)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
 
 
 def _shade(color: str, index: int, count: int) -> tuple[float, float, float]:
