@@ -174,9 +174,7 @@ class _MicroBatchBench:
     def step_baseline(self, pg_mask=None) -> None:
         """The learner's fwd+bwd with nothing computed for selection."""
         self.model.zero_grad(set_to_none=True)
-        logits = self._logits()
-        log_probs = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-        logp = self._layout(log_probs.gather(-1, self.index.tokens[:, None]).squeeze(-1))
+        logp = self._layout(_logp_only(self._logits(), self.index.tokens, self.temperature))
         self._loss_and_backward(logp, pg_mask=pg_mask)
 
     def step_with(self, method: str) -> None:
@@ -212,7 +210,7 @@ class _MicroBatchBench:
         logits, tokens, t = self.logits, self.index.tokens, self.temperature
         s = self.stats
         cases: dict[str, Callable[[], object]] = {
-            "iso/logp_only": lambda: torch.log_softmax(logits.float() / t, -1).gather(-1, tokens[:, None]),
+            "iso/logp_only": lambda: _logp_only(logits, tokens, t),
             "iso/stats_entropy": lambda: token_stats_from_logits(logits[None], tokens[None], t),
             "iso/stats_entropy_G": lambda: token_stats_from_logits(logits[None], tokens[None], t, True),
         }
@@ -242,7 +240,8 @@ class _MicroBatchBench:
             interleaved({**steps, **iso}, rounds=s.warmup, warmup=0)  # discarded
         for round_index in range(s.rounds):
             logger.info("selection_overhead %s: round %d/%d", s.label, round_index + 1, s.rounds)
-            for part in (interleaved(steps, rounds=1, warmup=0), interleaved(iso, rounds=s.inner_rounds, warmup=0)):
+            for part in (interleaved(steps, rounds=1, warmup=0, first_round=round_index),
+                         interleaved(iso, rounds=s.inner_rounds, warmup=0, first_round=round_index)):
                 for name, values in part.seconds.items():
                     samples.seconds[name].extend(v / s.repeat for v in values)
         return samples
@@ -282,6 +281,12 @@ class _MicroBatchBench:
                             "isolated": len(samples.seconds["iso/logp_only"]), "calls_per_sample": s.repeat,
                             "warmup_rounds": s.warmup},
         }
+
+
+def _logp_only(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log π of the tokens and nothing else: what the loss needs (as token_stats does it, minus entropy and G)."""
+    scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
+    return torch.log_softmax(scaled, dim=-1).gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def _repeated(cases: dict[str, Callable[[], object]], times: int) -> dict[str, Callable[[], object]]:

@@ -32,9 +32,11 @@ class Samples:
 
 
 def interleaved(cases: Mapping[str, Callable[[], object]], rounds: int, warmup: int = 1,
-                before_each: Callable[[], object] | None = None) -> Samples:
+                before_each: Callable[[], object] | None = None, first_round: int = 0) -> Samples:
     """Run every case once per round, ``rounds`` times, after ``warmup`` untimed rounds.
 
+    Round r starts with case number (first_round + r) mod len(cases): a caller that times one round per
+    call passes its own round counter as ``first_round``, so that the rotation still happens.
     ``before_each`` (untimed) runs before every call, e.g. to reset state a case changes.
     """
     if rounds < 1:
@@ -42,7 +44,7 @@ def interleaved(cases: Mapping[str, Callable[[], object]], rounds: int, warmup: 
     names = list(cases)
     samples = Samples(seconds={name: [] for name in names}, rounds=rounds, warmup=warmup)
     for round_index in range(warmup + rounds):
-        shift = round_index % len(names)
+        shift = (first_round + round_index) % len(names)
         for name in names[shift:] + names[:shift]:
             if before_each is not None:
                 before_each()

@@ -31,4 +31,4 @@ def connect(address: str | None = None) -> None:
         ray.init(address=address)
     else:
         logger.info("Starting an embedded local Ray (no address given)")
-        ray.init(include_dashboard=False)
+        ray.init(address="local", include_dashboard=False)  # never a stale cluster from /tmp/ray

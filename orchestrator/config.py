@@ -31,7 +31,9 @@ class OverlongConfig(_Strict):
     """DAPO's soft overlong punishment (added to the reward of long responses)."""
 
     enabled: bool = False
-    buffer: int = Field(16, gt=0, description="L_cache: the ramp starts this many tokens before max_new_tokens.")
+    buffer: int | None = Field(
+        None, gt=0, description="L_cache: the ramp starts this many tokens before max_new_tokens; None = 20 % of "
+        "max_new_tokens (DAPO's 4096 of 20480).")
     factor: float = Field(1.0, ge=0.0)
 
 

@@ -65,7 +65,7 @@ def roll_out(problems: list[Problem], first_group_id: int, rollout, score_fn, to
     overlong = config.algorithm.overlong
     if overlong.enabled:
         lengths = torch.tensor([len(s.response_ids) for s in samples])
-        buffer = min(overlong.buffer, config.rollout.max_new_tokens)
+        buffer = min(overlong.buffer or max(1, config.rollout.max_new_tokens // 5), config.rollout.max_new_tokens)
         rewards = rewards + overlong_penalty(lengths, config.rollout.max_new_tokens, buffer, overlong.factor)
     return Rollouts(
         samples=samples,

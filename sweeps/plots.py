@@ -51,7 +51,7 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
         mine = [c for c in cells if (c.model_size, c.algorithm) == (model_size, algorithm)]
         benchmarks = sorted({c.benchmark for c in mine})
         modes = [m for m in MODES if any(c.mode == m for c in mine)] or [MODES[0]]
-        fig, axes = plt.subplots(len(benchmarks), len(modes), figsize=(5.5 * len(modes), 3.6 * len(benchmarks)),
+        fig, axes = plt.subplots(len(benchmarks), len(modes), figsize=(max(8.0, 5.5 * len(modes)), 3.6 * len(benchmarks) + 0.6),
                                  squeeze=False)
         for row, benchmark in enumerate(benchmarks):
             for col, mode in enumerate(modes):
@@ -75,7 +75,7 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
                 ax.grid(alpha=0.3)
                 if ax.has_data():
                     ax.legend(fontsize=8)
-        fig.suptitle(f"{metric} vs selection ratio — model {model_size}, {algorithm} (mean ± std over seeds)")
+        fig.suptitle(f"{metric} vs selection ratio — model {model_size}, {algorithm}\n(mean ± std over seeds)")
         fig.tight_layout()
         suffix = "" if len(sections) == 1 else f"_{model_size}_{algorithm}"
         paths.append(_save(fig, folder / f"accuracy_vs_ratio{suffix}.png"))

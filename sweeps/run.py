@@ -41,13 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec, args.set)
         prepared = prepare_sweep(spec, args.output_dir, args.resume)
     except ConfigError as exc:
-        console.print(f"[red]invalid sweep:[/] {exc}", highlight=False)
+        console.print(f"[red]invalid sweep:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     _print_plan(prepared, console)
     try:
         outcome = run_sweep(prepared, spec, args.address)
     except ConfigError as exc:  # the cluster cannot hold a trial: found after connecting, before any trial
-        console.print(f"[red]cannot run the sweep:[/] {exc}", highlight=False)
+        console.print(f"[red]cannot run the sweep:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
     client = MlflowClient(outcome.tracking_uri)
     report = build_report(client, client.get_run(outcome.parent_run_id), prepared.layout.sweep_dir / "report")

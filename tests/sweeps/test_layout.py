@@ -59,3 +59,16 @@ def test_resume_cli_without_an_earlier_sweep(write_spec, tmp_path: Path, capsys)
     assert rc == sweep_cli.EXIT_BAD_SPEC
     assert "no earlier sweep of spec 'test-sweep'" in capsys.readouterr().out
     assert not ray.is_initialized()
+
+
+@pytest.mark.slow  # starts an embedded Ray (≈15–25 s here)
+def test_a_trial_larger_than_the_embedded_cluster_fails_before_any_trial(write_spec, tmp_path: Path, capsys) -> None:
+    path = write_spec(grid={"method": ["ets"], "ratio": [0.2]},
+                      base={"preset": str(tmp_path / "test-preset.yaml"),
+                            "overrides": {"resources.cpus_per_learner_actor": 64}})
+    output = tmp_path / "out"
+    assert sweep_cli.main([str(path), "--output-dir", str(output)]) == sweep_cli.EXIT_BAD_SPEC
+    message = capsys.readouterr().out
+    assert "does not fit the cluster" in message and "resources.cpus_per_rollout_actor" in message
+    assert not ray.is_initialized()  # the embedded Ray was shut down again
+    assert not (output / "mlflow.db").exists()  # no parent run was opened

@@ -180,3 +180,9 @@ def test_report_cli_prints_the_table(store: dict, capsys, monkeypatch) -> None:
     assert "45.0 ± 7.1 (Δ +10.0)" in out
     assert f"mlflow ui --backend-store-uri {store['uri']}" in out
     assert report_cli.main(["no-such-sweep", "--tracking-uri", store["uri"]]) == 2
+
+
+def test_token_stats_with_mismatched_lengths_are_rejected() -> None:
+    bad = {"answers": [{"entropy": [0.1, 0.2], "grad_norm": [0.5]}]}
+    with pytest.raises(ValueError, match="grad_norm: 1 values for 2 entropies"):
+        TokenStats.model_validate(bad)
