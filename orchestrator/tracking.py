@@ -87,6 +87,9 @@ class RunTracker:
             self.client.log_artifact(run_id or self.run_id, str(file), None if folder == "." else folder)
 
     def finish(self, status: str = "FINISHED") -> None:
+        if status != "FINISHED" and self.config.checkpoint.interval:
+            # A resumed run restarts from the last checkpoint and logs these steps itself.
+            self._pending.clear()
         try:
             self.flush()
         except Exception:
