@@ -22,7 +22,7 @@ COMPARED = ("train/accuracy", "reward/mean", "loss/pg", "loss/kl", "selection/se
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
 
