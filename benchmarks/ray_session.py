@@ -15,5 +15,7 @@ def start_local_ray(num_cpus: int | None = None) -> None:
     from orchestrator.cluster import ACTOR_ENV
 
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+    # address="local": always a new cluster of our own, never attach to another local one (another
+    # engineer's sweep, a test) that happens to be running.
+    ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=False,
              runtime_env={"env_vars": {"PYTHONPATH": python_path, **ACTOR_ENV}})

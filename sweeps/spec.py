@@ -162,19 +162,6 @@ def expand(spec: SweepSpec, output_dir: Path | None = None) -> list[Trial]:
     return trials
 
 
-def _dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested mappings as dotted keys, so that ``--set base.overrides.training.steps=5`` (which arrives
-    as ``{"training": {"steps": 5}}``) sets one field instead of replacing the whole section."""
-    flat: dict[str, Any] = {}
-    for key, value in overrides.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict) and value:
-            flat.update(_dotted(value, f"{path}."))
-        else:
-            flat[path] = value
-    return flat
-
-
 def spec_names() -> list[str]:
     return sorted(p.name[:-5] for p in resources.files(SPEC_PACKAGE).iterdir() if p.name.endswith(".yaml"))
 
