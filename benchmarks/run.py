@@ -67,13 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         "versions": versions(),
         "benchmarks": {},
     }
+    stem = started.strftime("%Y%m%d-%H%M%S") + ("-smoke" if args.smoke else "")
     for name in names:
         logger.info("=== %s%s", name, " (smoke)" if args.smoke else "")
         entry = _run_in_child(name, args.smoke, args.timeout, args.threads)
         report["benchmarks"][name] = entry
         logger.info("=== %s: %s in %.0f s", name, entry["status"], entry["wall_seconds"])
-    stem = started.strftime("%Y%m%d-%H%M%S") + ("-smoke" if args.smoke else "")
-    json_path, md_path = write_report(report, args.out, stem)
+        # Rewritten after every benchmark: a long suite stopped half-way keeps what it measured.
+        json_path, md_path = write_report(report, args.out, stem)
     write_report(report, args.out, "latest-smoke" if args.smoke else "latest")
     print(f"report: {json_path}\n        {md_path}")
     statuses = [entry["status"] for entry in report["benchmarks"].values()]

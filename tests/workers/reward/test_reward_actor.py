@@ -29,7 +29,7 @@ def test_plain_class_scores_without_ray():
 @pytest.mark.slow
 def test_ray_actors_score_a_batch_whole_and_split():
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         remote_worker = ray.remote(num_cpus=0)(RewardWorker)
         workers = [remote_worker.remote(CONFIG) for _ in range(2)]

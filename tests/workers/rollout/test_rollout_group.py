@@ -21,7 +21,7 @@ PROMPTS = [[VOCAB[c] for c in text] for text in ("1+1=", "2+2=", "3+3=", "4+4=",
 def group(tiny_model_dir):
     # Actors import `workers` from the repository, whether or not the package is installed.
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
     group = RolloutGroup(tiny_model_dir, RolloutConfig(num_actors=2, max_new_tokens=8), num_cpus_per_actor=1)
     yield group
     group.shutdown()
