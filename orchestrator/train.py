@@ -64,9 +64,11 @@ class _Workers:
     rollout: RolloutGroup
     learners: LearnerGroup
     reward: ray.actor.ActorHandle
+    reward_failures: int = 0  # verifier errors and timeouts so far (each scored 0, never fatal)
 
     def score(self, completions: list[str], problems: list) -> list[float]:
         results = ray.get(self.reward.score.remote(completions, problems))
+        self.reward_failures += sum(result.error is not None for result in results)
         return [result.score for result in results]
 
     def sync_weights(self) -> float:
@@ -173,6 +175,7 @@ def train(
                 metrics["time/sync"] = workers.sync_weights()
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
                 metrics.update(run_eval())
+            metrics["reward/failures_total"] = float(workers.reward_failures)
             metrics["time/step"] = time.perf_counter() - step_started
             tracker.log_step(step, metrics)
             history.append(metrics)
