@@ -12,9 +12,11 @@ sampler and are always raw, i.e. at T = 1.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -76,7 +78,8 @@ class RolloutEngine:
             # On CUDA the KV cache is sized from gpu_memory_utilization, as vLLM normally does.
             engine_args["tensor_parallel_size"] = config.tensor_parallel_size
         started = time.perf_counter()
-        self._llm = LLM(**engine_args)
+        with _context_proxies_hidden():
+            self._llm = LLM(**engine_args)
         self.start_seconds = time.perf_counter() - started
         logger.info("vLLM engine for %s started in %.1f s", self.model_dir, self.start_seconds)
 
@@ -182,6 +185,26 @@ class RolloutEngine:
                     f"prompt {index} has {len(prompt)} tokens; allowed 1..max_prompt_tokens="
                     f"{self.config.max_prompt_tokens}"
                 )
+
+
+@contextlib.contextmanager
+def _context_proxies_hidden():
+    """Hide modules holding werkzeug context proxies (flask's ``request``, ``g``…, imported by MLflow
+    or a test client) while the engine starts: vLLM's CPU worker scans every loaded module's globals
+    with ``hasattr``, and such a proxy raises RuntimeError ("outside of application context") instead
+    of AttributeError, failing the engine start in any process that imported flask first."""
+    local = sys.modules.get("werkzeug.local")
+    proxy_type = getattr(local, "LocalProxy", None)
+    hidden = {}
+    if proxy_type is not None:
+        for name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None) or {}
+            if any(type(value) is proxy_type for value in list(namespace.values())):
+                hidden[name] = sys.modules.pop(name)
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
 
 
 def _tokens_prompts(prompt_token_ids: list[list[int]]) -> list[Any]:
