@@ -125,7 +125,7 @@ def test_sleeping_forever_is_killed_at_the_wall_clock_limit(layers):
     result = _run("import time\nprint('sleeping', flush=True)\ntime.sleep(3600)\n", _config(layers))
     elapsed = time.monotonic() - started
     assert result.timed_out and "sleeping" in result.output_tail
-    assert LIMITS["wall_timeout_s"] <= elapsed < LIMITS["wall_timeout_s"] + 2
+    assert LIMITS["wall_timeout_s"] <= elapsed < LIMITS["wall_timeout_s"] + 10  # killed, not left running (slack for a loaded CPU)
 
 
 @pytest.mark.parametrize("layers", ["all", "none"])
