@@ -36,6 +36,7 @@ from workers.learner.batch import TrainBatch
 from workers.learner.group import LearnerGroup
 from workers.reward.actor import RewardWorker
 from workers.rollout.actor import RolloutGroup
+from workers.weight_broadcast import choose_backend
 
 logger = logging.getLogger("orchestrator.train")
 
@@ -64,6 +65,8 @@ class _Workers:
     rollout: RolloutGroup
     learners: LearnerGroup
     reward: ray.actor.ActorHandle
+    weight_sync: str  # the rollout engines' resolved route: in_process, bytes or collective
+    bucket_bytes: int
     reward_failures: int = 0  # verifier errors and timeouts so far (each scored 0, never fatal)
 
     def score(self, completions: list[str], problems: list) -> list[float]:
@@ -71,9 +74,22 @@ class _Workers:
         self.reward_failures += sum(result.error is not None for result in results)
         return [result.score for result in results]
 
+    def connect_weight_sync(self) -> None:
+        """For the collective route: learner rank 0 (rank 0) and every vLLM worker (ranks 1..) join one process
+        group — NCCL when each sits on a GPU of its own, gloo otherwise (see workers/weight_broadcast.py)."""
+        host, port = self.learners.weight_sync_address()
+        devices = [self.learners.weight_sync_device(), *self.rollout.weight_sync_devices()]
+        backend = choose_backend(devices)
+        ray.get(self.learners.join_weight_sync_group(host, port, len(devices), backend)
+                + self.rollout.join_weight_sync_group(host, port, len(devices), backend))
+        logger.info("weight sync: collective over %s, %d ranks at %s:%d", backend, len(devices), host, port)
+
     def sync_weights(self) -> float:
         started = time.perf_counter()
-        self.rollout.update_weights(self.learners.state_dict_for_inference())
+        if self.weight_sync == "collective":
+            ray.get(self.learners.broadcast_weights(self.bucket_bytes) + self.rollout.receive_weights())
+        else:  # in_process / bytes: the state dict goes through the object store to each engine
+            self.rollout.update_weights(self.learners.state_dict_for_inference())
         return time.perf_counter() - started
 
     def shutdown(self) -> None:
@@ -91,7 +107,7 @@ def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) 
         policy_dir, config.rollout, num_cpus_per_actor=res.cpus_per_rollout_actor,
         num_gpus_per_actor=res.gpus_per_rollout_actor, placement_group=placement_group,
         bundle_indices=[bundle_index(config, "rollout", r) for r in range(config.rollout.num_actors)],
-        runtime_env=env,
+        runtime_env=env, dtype="bfloat16" if config.learner.bf16 else None,  # vLLM computes as the learner does
     )
     learners = LearnerGroup(
         policy_dir, config.learner, config.algorithm.loss, config.selection,
@@ -105,7 +121,15 @@ def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) 
 
         reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group, 0)
     reward = ray.remote(RewardWorker).options(**reward_options).remote(config.reward)
-    return _Workers(rollout=rollout, learners=learners, reward=reward)
+    workers = _Workers(rollout=rollout, learners=learners, reward=reward, weight_sync=rollout.weight_sync_route(),
+                       bucket_bytes=config.rollout.weight_sync_bucket_bytes)
+    if workers.weight_sync == "collective":
+        try:
+            workers.connect_weight_sync()
+        except BaseException:
+            workers.shutdown()
+            raise
+    return workers
 
 
 def train(

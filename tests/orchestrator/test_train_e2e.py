@@ -63,9 +63,13 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
     answers = json.loads(open(artifact).read())["answers"]
     assert answers and len(answers[0]["entropy"]) == len(answers[0]["grad_norm"]) > 0
 
-    # The same run stopped after step 2, then resumed: steps 3 and 4 repeat the uninterrupted run.
-    train(_config(tmp_path, "split", 2))
-    resumed = train(_config(tmp_path, "split", 4), resume=True)
+    # The same run stopped after step 2, then resumed: steps 3 and 4 repeat the uninterrupted run. It takes
+    # the collective weight-sync route (learner rank 0 broadcasts to the vLLM worker over gloo), the full
+    # run the in-process one: the two routes must train identically.
+    collective = {"rollout.weight_sync": "collective", "rollout.weight_sync_bucket_bytes": str(64 * 1024)}
+    train(_config(tmp_path, "split", 2, **collective))
+    resumed = train(_config(tmp_path, "split", 4, **collective), resume=True)
+    assert max(_history(client, resumed.run_id, "rollout/logprob_diff").values()) < 1e-4
     runs = client.search_runs([run.info.experiment_id], "tags.`gmts.run_name` = 'split'")
     assert [r.info.run_id for r in runs] == [resumed.run_id]  # the same MLflow run was reopened
     for key in COMPARED:

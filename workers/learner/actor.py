@@ -17,6 +17,7 @@ from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine, init_process_group
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig
+from workers.weight_broadcast import WeightBroadcastGroup, join_group, local_device_key
 
 
 class LearnerActor:
@@ -26,6 +27,7 @@ class LearnerActor:
         torch.set_num_threads(threads)
         self.rank, self.world_size = rank, world_size
         self.engine: LearnerEngine | None = None
+        self.weight_group: WeightBroadcastGroup | None = None  # rank 0, collective weight sync only
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This node's address and a free port on it; rank 0's becomes MASTER_ADDR/MASTER_PORT."""
@@ -45,6 +47,16 @@ class LearnerActor:
         self.engine = LearnerEngine(model_dir, learner, loss, selection, temperature=temperature,
                                     use_reference=use_reference)
         return self.engine.init_seconds
+
+    def weight_sync_device(self) -> str | None:
+        return local_device_key()
+
+    def join_weight_sync_group(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 only: create the weight-sync group at its own address as rank 0 (the TCPStore master)."""
+        self.weight_group = join_group(host, port, 0, world_size, backend)
+
+    def broadcast_weights(self, bucket_bytes: int) -> int:
+        return self.engine.broadcast_weights(self.weight_group, bucket_bytes)
 
     def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
         return self.engine.compute_reference_stats(batch)

@@ -216,6 +216,39 @@ class TrainBatch:
             pieces.append(current)
         return [self.select(torch.cat(piece)) for piece in pieces]
 
+    def pack_by_tokens(self, max_tokens: int, min_pieces: int = 1) -> list[TrainBatch]:
+        """Pieces of whole groups whose padded size — rows × the piece's longest sequence, what a forward
+        pass really holds — stays within ``max_tokens`` (dynamic batch size by token budget).
+
+        Groups are taken longest first (by their longest sequence), so sequences of similar length share
+        a piece and little is spent on padding; a piece is closed when the next group would take it over
+        the budget. A group over the budget on its own is cut into consecutive row chunks that fit (one row
+        at least), with the same caveat for ``scope='group'`` selection as in :meth:`split`. Then, while
+        there are fewer than ``min_pieces`` pieces (every learner rank must run as many micro-batches as the
+        busiest), the piece with the most padded tokens is halved: between its groups, else between rows.
+        """
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
+        lengths = self.attention_mask.sum(-1)
+        padded = lambda piece: sum(len(rows) for rows in piece) * max(int(lengths[rows].max()) for rows in piece)
+        groups = sorted(self.groups(), key=lambda rows: -int(lengths[rows].max()))  # stable: ties keep order
+        pieces: list[list[torch.Tensor]] = []
+        for rows in groups:
+            if pieces and padded(pieces[-1] + [rows]) <= max_tokens:
+                pieces[-1].append(rows)
+            elif padded([rows]) <= max_tokens:
+                pieces.append([rows])
+            else:
+                fitting = max(1, max_tokens // int(lengths[rows].max()))
+                pieces.extend([part] for part in rows.split(fitting))
+        if len(pieces) < min_pieces and self.batch_size < min_pieces:
+            raise ValueError(f"cannot cut {self.batch_size} sequences into {min_pieces} non-empty micro-batches")
+        while len(pieces) < min_pieces:
+            largest = max((p for p in pieces if sum(len(rows) for rows in p) > 1), key=padded)
+            index = next(i for i, p in enumerate(pieces) if p is largest)
+            pieces[index : index + 1] = _halve(largest)
+        return [self.select(torch.cat(piece)) for piece in pieces]
+
     def shard(self, num_shards: int) -> list[TrainBatch]:
         """``num_shards`` equal-sized pieces of consecutive whole groups (one per learner rank).
 
@@ -240,6 +273,19 @@ class TrainBatch:
                     f"of {target} sequences without splitting a group"
                 )
         return [self.select(rows) for rows in shards]
+
+
+def _halve(piece: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Two pieces of about half the rows each: cut between groups when there are several, else in the group."""
+    if len(piece) == 1:
+        rows = piece[0]
+        return [[rows[: len(rows) // 2]], [rows[len(rows) // 2 :]]]
+    total, filled = sum(len(rows) for rows in piece), 0
+    for cut, rows in enumerate(piece[:-1], start=1):
+        filled += len(rows)
+        if 2 * filled >= total:
+            break
+    return [piece[:cut], piece[cut:]]
 
 
 def response_logits(causal_lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -4,6 +4,8 @@ Batch sizes count sequences (one rollout = one sequence):
 - ``mini_batch_size``: sequences per optimiser step, summed over the whole learner group;
 - ``micro_batch_size``: sequences per forward/backward pass on one rank (gradient accumulation
   runs mini_batch_size / (num_actors · micro_batch_size) of them per step).
+- ``max_tokens_per_micro_batch`` (optional): form the training micro-batches by a token budget instead
+  (``batch.TrainBatch.pack_by_tokens``, like verl's ``use_dynamic_bsz``).
 Micro- and mini-batches hold whole prompt groups (see ``batch.TrainBatch.split``).
 """
 
@@ -25,7 +27,15 @@ class LearnerConfig(BaseModel):
     mini_batch_size: int = Field(
         64, ge=1, description="Sequences per optimiser step across all learner ranks (whole prompt groups)."
     )
-    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass on one rank.")
+    micro_batch_size: int = Field(
+        8, ge=1, description="Sequences per forward/backward pass on one rank (with max_tokens_per_micro_batch "
+        "set: per no-grad pass only, e.g. compute_reference_stats)."
+    )
+    max_tokens_per_micro_batch: int | None = Field(
+        None, ge=1, description="Dynamic batch size: training micro-batches are packed by this token budget "
+        "(rows × longest sequence, padding included), short sequences together, instead of micro_batch_size "
+        "rows. The loss and its gradient are unchanged (aggregation weights span the whole mini-batch)."
+    )
     threads_per_actor: int = Field(1, ge=1, description="torch intra-op threads of each learner actor.")
     bf16: bool = Field(False, description="bf16 weights and activations (DeepSpeed keeps fp32 master weights).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")

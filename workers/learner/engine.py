@@ -28,7 +28,10 @@ batch's T when the config leaves it unset, so trimming micro-batches does not ch
 ``apply_to='loss'`` the aggregation counts *selected* tokens, which are only known after each
 micro-batch's forward; the weights still use response-token counts, which is exact when every
 micro-batch keeps the same fraction of its tokens (ets/random: ⌈ρ·n⌉ per population) and close
-otherwise.
+otherwise. The same weights make token-budget micro-batches (``max_tokens_per_micro_batch``) exact:
+however a mini-batch is cut, the weighted micro-batch losses add up to the one mini-batch aggregate
+(``scope='group'`` selection sees whole groups either way; ``scope='batch'`` ranks per micro-batch, so
+it depends on the cut by definition).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import math
 import os
 import time
 from collections import defaultdict
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import deepspeed
@@ -53,10 +56,12 @@ from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
 from workers.learner.selection import Selection, SelectionConfig, select_tokens
 from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
+from workers.weight_broadcast import WeightBroadcastGroup, send_weights
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_TAG = "learner"
+MINI_BATCH_LOSSES = ("loss/total", "loss/pg")  # reported as the mini-batch aggregate, see train_step
 CLIENT_STATE_KEY = "learner_client_state"
 
 
@@ -224,7 +229,9 @@ class LearnerEngine:
 
     # ------------------------------------------------------------------------------------ training
     def train_step(self, batch: TrainBatch, step: int) -> dict[str, float]:
-        """PPO epochs over this rank's batch; returns metrics averaged over micro-batches (timings summed)."""
+        """PPO epochs over this rank's batch; returns metrics averaged over micro-batches (timings summed),
+        except ``loss/total`` and ``loss/pg``: each mini-batch's one aggregate (its micro-batch losses weighted
+        as in backward, so the value does not depend on how the mini-batch was cut), averaged over mini-batches."""
         started = time.perf_counter()
         batch = batch.to("cpu")  # scheduling on the CPU; micro-batches go to the device one at a time
         cfg = self.learner
@@ -235,6 +242,7 @@ class LearnerEngine:
         timings: dict[str, float] = defaultdict(float)
         records: list[dict[str, float]] = []
         optimizer_records: list[dict[str, float]] = []
+        tokens: dict[str, int] = defaultdict(int)
         for epoch in range(cfg.ppo_epochs):
             shuffle = torch.Generator().manual_seed(_mix_seed(cfg.seed, step, epoch))
             minis = batch.split(cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
@@ -243,23 +251,44 @@ class LearnerEngine:
                     "batch.old_logp is missing: with several epochs or mini-batches π_old ≠ π after the first "
                     "optimiser step; call compute_reference_stats(batch) or pass the sampling logprobs"
                 )
-            schedule = [mini.split(cfg.micro_batch_size) for mini in minis]
+            schedule = self._micro_batches(minis)
             unit_totals = self._global_unit_totals(schedule, loss_config)
+            for micro in (m for micros in schedule for m in micros):
+                tokens["padded"] += micro.attention_mask.numel()
+                tokens["real"] += int(micro.attention_mask.sum())
             for mini_index, micros in enumerate(schedule):
+                aggregate: dict[str, float] = defaultdict(float)
                 for micro_index, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(micro_index == len(micros) - 1)
                     scale = _loss_units(micro.response_mask, loss_config.loss_agg) / unit_totals[mini_index]
                     selection_rng = torch.Generator().manual_seed(
                         _mix_seed(self.selection.seed, step, epoch, mini_index, micro_index, self.rank))
-                    records.append(self._micro_step(micro, loss_config, scale * self.world_size, selection_rng,
-                                                    timings))
-                optimizer_records.append(self._optimizer_record())
+                    record = self._micro_step(micro, loss_config, scale * self.world_size, selection_rng, timings)
+                    for key in MINI_BATCH_LOSSES:  # × world: the group reports the mean over ranks
+                        aggregate[key] += record.pop(key) * scale * self.world_size
+                    records.append(record)
+                optimizer_records.append({**self._optimizer_record(), **aggregate})
         metrics = _mean_metrics(records)
         metrics.update(_mean_metrics(optimizer_records))
         metrics["optim/steps"] = float(len(optimizer_records))
+        metrics["learner/micro_batches"] = float(len(records))
+        metrics["learner/padding_fraction"] = 1.0 - tokens["real"] / max(tokens["padded"], 1)
         metrics.update({f"time/{phase}_s": seconds for phase, seconds in timings.items()})
         metrics["time/train_step_s"] = time.perf_counter() - started
         return metrics
+
+    def _micro_batches(self, minis: list[TrainBatch]) -> list[list[TrainBatch]]:
+        """Each mini-batch's micro-batches: ``micro_batch_size`` rows, or packed by the token budget — then
+        as many per mini-batch on every rank as the busiest rank needs (forwards can be collectives)."""
+        cfg = self.learner
+        if cfg.max_tokens_per_micro_batch is None:
+            return [mini.split(cfg.micro_batch_size) for mini in minis]
+        budget = cfg.max_tokens_per_micro_batch
+        counts = [len(mini.pack_by_tokens(budget)) for mini in minis]
+        gathered: list = [None] * self.world_size
+        dist.all_gather_object(gathered, counts, group=self.process_group)
+        needed = [max(rank_counts[i] for rank_counts in gathered) for i in range(len(minis))]
+        return [mini.pack_by_tokens(budget, min_pieces=n) for mini, n in zip(minis, needed)]
 
     def _micro_step(self, micro: TrainBatch, loss_config: PolicyLossConfig, scale: float,
                     generator: torch.Generator, timings: dict[str, float]) -> dict[str, float]:
@@ -335,14 +364,20 @@ class LearnerEngine:
         return record
 
     def _warn_if_groups_are_cut(self, batch: TrainBatch) -> None:
-        largest = max(len(rows) for rows in batch.groups())
-        if (largest > self.learner.micro_batch_size and self.selection.scope == "group"
-                and self.selection.method != "none" and not self._warned_group_split):
+        if self.selection.scope != "group" or self.selection.method == "none" or self._warned_group_split:
+            return
+        budget, lengths = self.learner.max_tokens_per_micro_batch, batch.attention_mask.sum(-1)
+        if budget is None:
+            size = max(len(rows) for rows in batch.groups())
+            limit, unit = self.learner.micro_batch_size, "sequences"
+        else:
+            size = max(len(rows) * int(lengths[rows].max()) for rows in batch.groups())
+            limit, unit = budget, "padded tokens"
+        if size > limit:
             self._warned_group_split = True
             logger.warning(
-                "groups of up to %d sequences do not fit a micro-batch of %d: scope='group' selection ranks "
-                "each micro-batch's part of a group separately (raise micro_batch_size for exact groups)",
-                largest, self.learner.micro_batch_size)
+                "a group of %d %s does not fit a micro-batch of %d: scope='group' selection ranks each "
+                "micro-batch's part of the group separately (raise the limit for exact groups)", size, unit, limit)
 
     def _loss_config_for(self, batch: TrainBatch) -> PolicyLossConfig:
         # seq-mean-token-sum-norm divides by one constant length; without a configured one it is the
@@ -372,12 +407,26 @@ class LearnerEngine:
 
         Under ZeRO-3 the parameters are gathered first, a collective: every rank must call this.
         """
+        with self._full_weights() as named:
+            return {name: tensor.detach().to("cpu", copy=True) for name, tensor in named}
+
+    def broadcast_weights(self, group: WeightBroadcastGroup | None, bucket_bytes: int) -> int:
+        """Rank 0 broadcasts the full weights to the rollout workers in ``group`` (the collective weight
+        sync); returns the bytes sent. Every learner rank must call it (ZeRO-3 gathers first)."""
+        with self._full_weights() as named:
+            if self.rank != 0:
+                return 0
+            if group is None:
+                raise RuntimeError("broadcast_weights on rank 0 needs the weight-sync group (join it first)")
+            return send_weights(group, named, bucket_bytes)
+
+    @contextmanager
+    def _full_weights(self):
+        """The model's full (name, tensor) list on rank 0, [] elsewhere; gathered under ZeRO-3."""
         gather = (deepspeed.zero.GatheredParameters(list(self.model.parameters()))
                   if self.learner.zero_stage == 3 else nullcontext())
         with gather:
-            if self.rank != 0:
-                return {}
-            return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+            yield list(self.model.state_dict().items()) if self.rank == 0 else []
 
     def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
         """Model, optimiser and engine counters (each rank writes its ZeRO partition) plus ``client_state``."""

@@ -90,6 +90,23 @@ class LearnerGroup:
         """Rank 0's full HF-named weights (all ranks take part: ZeRO-3 gathers)."""
         return self._on_all("state_dict_for_inference")[0]
 
+    # ------------------------------------------ collective weight sync (see workers/weight_broadcast.py)
+    # join_weight_sync_group and broadcast_weights return Ray ObjectRefs: they are collectives with the
+    # rollout workers, so the caller must ray.get them together with the rollout side's calls.
+    def weight_sync_address(self) -> tuple[str, int]:
+        """Rank 0's node address and a free port there: where the weight-sync group's store will listen."""
+        return ray.get(self.actors[0].rendezvous_address.remote())
+
+    def weight_sync_device(self) -> str | None:
+        return ray.get(self.actors[0].weight_sync_device.remote())
+
+    def join_weight_sync_group(self, host: str, port: int, world_size: int, backend: str) -> list[ray.ObjectRef]:
+        return [self.actors[0].join_weight_sync_group.remote(host, port, world_size, backend)]
+
+    def broadcast_weights(self, bucket_bytes: int) -> list[ray.ObjectRef]:
+        """Every rank takes part (ZeRO-3 gathers); rank 0 sends."""
+        return [actor.broadcast_weights.remote(bucket_bytes) for actor in self.actors]
+
     def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
         self._on_all("save_checkpoint", str(path), client_state)
 

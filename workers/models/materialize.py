@@ -8,7 +8,7 @@ import logging
 from pathlib import Path
 
 from workers.models.atomic_folder import build_folder_once
-from workers.models.config import ModelConfig
+from workers.models.config import FOLDER_DTYPE, ModelConfig
 from workers.models.smollm2 import smollm2_gguf_path, write_smollm2_model
 from workers.models.tiny import write_tiny_model
 
@@ -17,8 +17,8 @@ logger = logging.getLogger(__name__)
 # Bump when the folder layout written for a source changes, so that stale caches are not reused.
 FORMAT_VERSION = 1
 
-# Fields that change the weights or files of a materialised folder; the rest (size label, gradient
-# checkpointing, cache_dir) do not and must not split the cache.
+# Fields that change the weights or files of a materialised folder; the rest (size label, cache_dir) do
+# not and must not split the cache.
 TINY_FOLDER_FIELDS = (
     "hidden_size",
     "num_layers",
@@ -28,7 +28,6 @@ TINY_FOLDER_FIELDS = (
     "max_position_embeddings",
     "tie_word_embeddings",
     "init_seed",
-    "dtype",
 )
 
 
@@ -42,12 +41,13 @@ def materialize_model(config: ModelConfig, cache_dir: str | Path | None = None) 
         return config.path
     cache_dir = Path(cache_dir or config.cache_dir).expanduser()
     if config.source == "tiny":
-        key = {name: getattr(config, name) for name in TINY_FOLDER_FIELDS}
+        # The dtype stays in the keys (folders were once built in a configurable one): caches keep their names.
+        key = {**{name: getattr(config, name) for name in TINY_FOLDER_FIELDS}, "dtype": FOLDER_DTYPE}
         return build_folder_once(
             cache_dir / f"tiny-{_fingerprint(key)}", lambda folder: write_tiny_model(config, folder)
         )
     gguf_path = smollm2_gguf_path()
-    key = {"gguf": gguf_path.name, "gguf_bytes": gguf_path.stat().st_size, "dtype": config.dtype}
+    key = {"gguf": gguf_path.name, "gguf_bytes": gguf_path.stat().st_size, "dtype": FOLDER_DTYPE}
     return build_folder_once(
         cache_dir / f"smollm2-{_fingerprint(key)}", lambda folder: write_smollm2_model(config, folder)
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from workers.models.config import ModelConfig
+from workers.models.config import FOLDER_DTYPE, ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def write_smollm2_model(config: ModelConfig, folder: Path) -> None:
     hf_config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     if hasattr(hf_config, "quantization_config"):
         del hf_config.quantization_config
-    model = AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch, config.dtype))
+    model = AutoModelForCausalLM.from_config(hf_config, dtype=getattr(torch, FOLDER_DTYPE))
     model.load_state_dict(dequantised.state_dict())
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name).save_pretrained(folder)

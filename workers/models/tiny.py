@@ -8,7 +8,7 @@ import torch
 from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
 from workers.models.char_tokenizer import VOCAB, save_char_tokenizer
-from workers.models.config import ModelConfig
+from workers.models.config import FOLDER_DTYPE, ModelConfig
 
 
 def tiny_qwen2_config(config: ModelConfig) -> Qwen2Config:
@@ -26,7 +26,7 @@ def tiny_qwen2_config(config: ModelConfig) -> Qwen2Config:
         num_key_value_heads=config.num_key_value_heads,
         max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=config.tie_word_embeddings,
-        dtype=config.dtype,
+        dtype=FOLDER_DTYPE,
         **tokenizer_ids,
     )
 
@@ -38,7 +38,6 @@ def write_tiny_model(config: ModelConfig, folder: Path) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.init_seed)
         model = Qwen2ForCausalLM(qwen2_config)
-    model.to(getattr(torch, config.dtype))
     model.save_pretrained(folder)
     # vLLM stops on generation_config's eos_token_id as well as the tokenizer's; keep the two in agreement.
     GenerationConfig(

@@ -9,9 +9,9 @@ from itertools import pairwise
 from pathlib import Path
 
 import ray
+import torch
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-import torch
 
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine, RolloutSample
@@ -34,8 +34,10 @@ class RolloutGroup:
         placement_group: PlacementGroup | None = None,
         bundle_indices: list[int] | None = None,
         runtime_env: dict | None = None,
+        dtype: str | None = None,
     ) -> None:
-        """``placement_group``/``bundle_indices``: where each actor goes (a sweep trial's own group)."""
+        """``placement_group``/``bundle_indices``: where each actor goes (a sweep trial's own group);
+        ``dtype``: what the engines compute in (None = the model folder's dtype)."""
         self.config = config
         if placement_group is not None and (bundle_indices is None or len(bundle_indices) != config.num_actors):
             raise ValueError(f"bundle_indices must name one bundle per rollout actor ({config.num_actors})")
@@ -47,7 +49,7 @@ class RolloutGroup:
             if placement_group is not None:
                 options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
                     placement_group=placement_group, placement_group_bundle_index=bundle_indices[rank])
-            self.actors.append(RolloutActor.options(**options).remote(str(model_dir), config))
+            self.actors.append(RolloutActor.options(**options).remote(str(model_dir), config, dtype))
 
     def generate(
         self, prompt_token_ids: list[list[int]], n: int, greedy: bool = False, seed: int | None = None
@@ -73,6 +75,28 @@ class RolloutGroup:
         """
         state_ref = ray.put(dict(state_dict))
         return ray.get([actor.update_weights.remote(state_ref) for actor in self.actors])
+
+    def weight_sync_route(self) -> str:
+        """How weights reach these engines ('in_process', 'bytes' or 'collective'): one config, one answer."""
+        return ray.get(self.actors[0].weight_sync_route.remote())
+
+    # ------------------------------------------ collective weight sync (see workers/weight_broadcast.py)
+    # join_weight_sync_group and receive_weights return Ray ObjectRefs: they are collectives with the
+    # learner rank 0, so the caller must ray.get them together with the learner side's calls.
+    def weight_sync_devices(self) -> list[str | None]:
+        """Every vLLM worker's GPU (None on CPU), engines in order: the group's ranks 1, 2, …"""
+        return [device for devices in ray.get([a.weight_sync_devices.remote() for a in self.actors])
+                for device in devices]
+
+    def join_weight_sync_group(self, host: str, port: int, world_size: int, backend: str) -> list[ray.ObjectRef]:
+        """Engine i's workers take ranks 1 + (ranks of engines before i) + their own rank."""
+        counts = [len(devices) for devices in ray.get([a.weight_sync_devices.remote() for a in self.actors])]
+        offsets = [1 + sum(counts[:i]) for i in range(len(counts))]
+        return [actor.join_weight_sync_group.remote(host, port, offset, world_size, backend)
+                for actor, offset in zip(self.actors, offsets)]
+
+    def receive_weights(self) -> list[ray.ObjectRef]:
+        return [actor.receive_weights.remote() for actor in self.actors]
 
     def shutdown(self) -> None:
         for actor in self.actors:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+WeightSyncRoute = Literal["auto", "in_process", "bytes", "collective"]
 
 
 class RolloutConfig(BaseModel):
@@ -31,6 +35,16 @@ class RolloutConfig(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine (CUDA only).")
     enforce_eager: bool = Field(
         default=True, description="Skip torch.compile/CUDA graphs: no gain at tiny scale, a minute to build."
+    )
+    weight_sync: WeightSyncRoute = Field(
+        default="auto",
+        description="How new weights reach the engines: 'in_process' (tensors handed to an in-process CPU "
+        "worker), 'bytes' (bucketed raw bytes through collective_rpc), 'collective' (learner rank 0 "
+        "broadcasts buckets to every vLLM worker over a process group of their own: NCCL, or gloo on CPU "
+        "and on a shared GPU). 'auto': collective on CUDA, in_process for in-process CPU engines, else bytes.",
+    )
+    weight_sync_bucket_bytes: int = Field(
+        default=256 * 1024**2, gt=0, description="Bucket size of the bytes and collective weight-sync routes."
     )
     seed: int = 0
 

@@ -28,6 +28,8 @@ import torch
 from workers.rollout.config import RolloutConfig
 from workers.rollout.weight_sync import WORKER_EXTENSION_CLASS, send_weights_via_rpc
 
+ResolvedWeightSync = Literal["in_process", "bytes", "collective"]
+
 logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
@@ -47,7 +49,8 @@ class RolloutSample:
 class RolloutEngine:
     """A real vLLM ``LLM``: in-process on CPU, the usual worker processes (tensor parallel) on CUDA."""
 
-    def __init__(self, model_dir: str | Path, config: RolloutConfig) -> None:
+    def __init__(self, model_dir: str | Path, config: RolloutConfig, dtype: str | None = None) -> None:
+        """``dtype``: what vLLM computes in (the learner's precision); None = the folder's own dtype."""
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -56,7 +59,7 @@ class RolloutEngine:
         self.on_cpu = current_platform.is_cpu()
         engine_args: dict[str, Any] = {
             "model": str(self.model_dir),
-            "dtype": _folder_dtype(self.model_dir),
+            "dtype": dtype or _folder_dtype(self.model_dir),
             "seed": config.seed,
             "max_model_len": config.max_model_len,
             "enforce_eager": config.enforce_eager,
@@ -81,7 +84,9 @@ class RolloutEngine:
         with _context_proxies_hidden():
             self._llm = LLM(**engine_args)
         self.start_seconds = time.perf_counter() - started
-        logger.info("vLLM engine for %s started in %.1f s", self.model_dir, self.start_seconds)
+        self._weight_sync = self._resolve_weight_sync()
+        logger.info("vLLM engine for %s started in %.1f s (weight sync: %s)", self.model_dir, self.start_seconds,
+                    self._weight_sync)
 
     @property
     def llm(self) -> Any:
@@ -134,26 +139,65 @@ class RolloutEngine:
                 )
         return samples
 
+    def weight_sync_route(self) -> ResolvedWeightSync:
+        """The route ``config.weight_sync`` resolved to on this engine ('auto' decided)."""
+        return self._weight_sync
+
     def update_weights(
         self, named_tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]
     ) -> float:
         """Load a full state dict (HF checkpoint names) into the running engine; returns the seconds taken.
 
-        Tied embeddings may include or omit ``lm_head.weight``: vLLM skips it for tied models.
+        With tied embeddings ``lm_head.weight`` must be there too (``model.state_dict()`` has it): without
+        it vLLM 0.32's reload keeps the old output layer (measured: logprobs off by 0.9 on the tiny model).
+        The tensors are in hand, so this takes the in-process route where it can (unless the config asks for bytes),
+        else the bytes route; the collective route is :meth:`receive_weights`.
         """
         started = time.perf_counter()
         items = list(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
         items = [(name, tensor.detach()) for name, tensor in items]
         worker = self._in_process_worker()
-        if worker is not None:
+        if worker is not None and self._weight_sync != "bytes":
             worker.model_runner.reload_weights(weights_iterator=items)
         else:
-            send_weights_via_rpc(self._llm, items)
+            send_weights_via_rpc(self._llm, items, self.config.weight_sync_bucket_bytes)
+        return self._weights_changed(started, len(items))
+
+    # ------------------------------------------------------------------------- the collective route
+    def weight_sync_devices(self) -> list[str | None]:
+        """Each worker's GPU (None on CPU), in worker-rank order: one weight-sync rank per worker."""
+        return self._llm.collective_rpc("weight_sync_device")
+
+    def join_weight_sync_group(self, host: str, port: int, rank_offset: int, world_size: int,
+                               backend: str) -> None:
+        """Every worker joins the learner's group as rank ``rank_offset + its rank``; blocks until all have
+        joined, so call it while the learner rank 0 joins too (``ray.get`` both together)."""
+        self._llm.collective_rpc("join_weight_sync_group", args=(host, port, rank_offset, world_size, backend))
+
+    def receive_weights(self) -> float:
+        """Take the state dict that the learner rank 0 broadcasts (the call blocks until it has arrived and
+        been reloaded); returns the seconds taken, waiting for the sender included."""
+        started = time.perf_counter()
+        (count, *_) = self._llm.collective_rpc("receive_broadcast_weights")
+        return self._weights_changed(started, count)
+
+    def _weights_changed(self, started: float, count: int) -> float:
         # Cached KV blocks were computed with the old weights; a prefix hit would silently reuse them.
         self._llm.reset_prefix_cache()
         seconds = time.perf_counter() - started
-        logger.debug("Updated %d tensors in %.3f s", len(items), seconds)
+        logger.debug("Updated %d tensors in %.3f s", count, seconds)
         return seconds
+
+    def _resolve_weight_sync(self) -> ResolvedWeightSync:
+        route = self.config.weight_sync
+        in_process = self._in_process_worker() is not None
+        if route == "auto":
+            return "collective" if not self.on_cpu else "in_process" if in_process else "bytes"
+        if route == "in_process" and not in_process:
+            raise ValueError("weight_sync='in_process' needs an in-process CPU engine "
+                             "(VLLM_ENABLE_V1_MULTIPROCESSING=0 on CPU); this engine runs its workers in other "
+                             "processes: use 'bytes' or 'collective'")
+        return route
 
     def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int]) -> list[float]:
         """log π(response_t | prompt, response_<t) at temperature 1, scored by vLLM as prompt logprobs."""

@@ -1,6 +1,6 @@
 """Moving new policy weights into a running vLLM engine without restarting it.
 
-Two routes, one vLLM call at the end (``model_runner.reload_weights``):
+Three routes (``RolloutConfig.weight_sync``), one vLLM call at the end (``model_runner.reload_weights``):
 
 - in-process engine (CPU, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the engine hands tensors straight to
   its only worker (``RolloutEngine.update_weights``);
@@ -8,7 +8,11 @@ Two routes, one vLLM call at the end (``model_runner.reload_weights``):
   serialises its arguments twice, and tensors do not survive the second hop (the engine core decodes them
   onto a memoryview, which cannot be pickled for the workers). So the state dict travels as buckets of raw
   bytes to :class:`WeightSyncExtension`, which vLLM mixes into every worker (``worker_extension_cls``);
-  each worker stages the buckets and reloads once all have arrived.
+  each worker stages the buckets and reloads once all have arrived;
+- collective (CUDA by default): the learner rank 0 and every worker join a process group of their own
+  (``join_weight_sync_group``), and the worker receives the buckets straight from the learner's broadcast
+  (``receive_broadcast_weights``, protocol in ``workers/weight_broadcast.py``): no bytes through the engine
+  core, no serialisation, NCCL between GPUs.
 
 Reloading must see the whole state dict in one call: vLLM rebuilds each layer from the weights it is
 given, and a fused layer (qkv_proj, gate_up_proj) given only some of its parts would be left half empty.
@@ -22,10 +26,12 @@ from typing import Any
 
 import torch
 
+from workers import weight_broadcast
+
 logger = logging.getLogger(__name__)
 
 WORKER_EXTENSION_CLASS = "workers.rollout.weight_sync.WeightSyncExtension"
-DEFAULT_BUCKET_BYTES = 256 * 1024**2
+DEFAULT_BUCKET_BYTES = weight_broadcast.DEFAULT_BUCKET_BYTES
 
 
 # A tensor as builtin types only: (name, dtype name such as "bfloat16", shape, raw bytes). The request
@@ -95,3 +101,23 @@ class WeightSyncExtension:
         # Weight loaders copy (and shard) into the existing parameters, which moves host tensors to the device.
         self.model_runner.reload_weights(weights_iterator=staged)
         return len(staged)
+
+    # ------------------------------------------------------------------------- the collective route
+    def weight_sync_device(self) -> str | None:
+        """The GPU this worker computes on (None on CPU), so the driver can pick NCCL or gloo."""
+        return weight_broadcast.local_device_key(self.device) if self.device.type == "cuda" else None
+
+    def join_weight_sync_group(self, host: str, port: int, rank_offset: int, world_size: int, backend: str) -> int:
+        """Join the learner's weight-sync group as rank ``rank_offset`` + this worker's rank in its engine."""
+        rank = rank_offset + self.rank  # vLLM's own rank of this worker (its tensor-parallel rank)
+        self._gmts_weight_group = weight_broadcast.join_group(host, port, rank, world_size, backend)
+        return rank
+
+    def receive_broadcast_weights(self) -> int:
+        """Receive the learner's whole state dict, then reload once (buckets straight onto the device)."""
+        group = self.__dict__.get("_gmts_weight_group")
+        if group is None:
+            raise RuntimeError("receive_broadcast_weights before join_weight_sync_group")
+        received = weight_broadcast.receive_weights(group, device=self.device)
+        self.model_runner.reload_weights(weights_iterator=received)
+        return len(received)

@@ -98,6 +98,16 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
         two_ranks = group.train_step(prepared, step=2)["optim/grad_norm"]
         one_process = _one_process_grad_norm(model_dir, learner, loss, prepared, weights=state)
         assert two_ranks == pytest.approx(one_process, rel=1e-4)
+
+        # Token-budget micro-batches on two ranks (each rank packs its own shard, then both run as many
+        # micro-batches as the busier one): the same gradient again, from the same weights.
+        def use_token_budget(actor):
+            actor.engine.learner = actor.engine.learner.model_copy(update={"max_tokens_per_micro_batch": 64})
+
+        ray.get([actor.__ray_call__.remote(use_token_budget) for actor in group.actors])
+        group.load_checkpoint(tmp_path / "ckpt")  # back to the weights of `state`
+        packed = group.train_step(prepared, step=2)
+        assert packed["optim/grad_norm"] == pytest.approx(one_process, rel=1e-4)
     finally:
         group.shutdown()
         remove_placement_group(bundles)

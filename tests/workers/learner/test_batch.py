@@ -127,3 +127,49 @@ def test_learner_config_names_the_field_in_divisibility_errors():
         LearnerConfig(zero_stage=4)
     with pytest.raises(ValueError, match="extra"):
         LearnerConfig(learning_rate=1e-3)
+
+
+def _mixed_length_batch(response_lengths=(40, 2, 38, 3, 2, 41, 4, 3), group_size=4, seed=0) -> TrainBatch:
+    """Groups whose responses are all long or all short, long and short groups interleaved."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses, group_ids = [], [], []
+    for group, length in enumerate(response_lengths):
+        prompt = torch.randint(1, 20, (3,), generator=g).tolist()
+        for row in range(group_size):
+            prompts.append(prompt)
+            responses.append(torch.randint(1, 20, (length + row % 2,), generator=g).tolist())
+            group_ids.append(group)
+    return TrainBatch.from_lists(prompts, responses, torch.randn(len(prompts), generator=g), group_ids, pad_id=0)
+
+
+def _padded_tokens(pieces) -> int:
+    return sum(piece.attention_mask.numel() for piece in pieces)
+
+
+def test_pack_by_tokens_keeps_groups_whole_within_the_budget_and_pads_less():
+    batch = _mixed_length_batch()
+    fixed = batch.split(8)  # two groups per micro-batch, a long one beside a short one
+    packed = batch.pack_by_tokens(max_tokens=8 * 45)
+    for piece in packed:
+        assert piece.attention_mask.numel() <= 8 * 45
+        for group in piece.group_ids.unique():
+            assert int((piece.group_ids == group).sum()) == 4  # whole groups
+    # Every row exactly once, with its data.
+    assert sorted(torch.cat([p.group_ids for p in packed]).tolist()) == sorted(batch.group_ids.tolist())
+    assert sum(int(p.attention_mask.sum()) for p in packed) == int(batch.attention_mask.sum())
+    # Long groups together, short groups together: far less padding than the fixed split.
+    assert _padded_tokens(packed) < 0.75 * _padded_tokens(fixed), (_padded_tokens(packed), _padded_tokens(fixed))
+    # Longest first, each piece filled up to the budget: two long groups; a long and a short; four short.
+    assert [p.batch_size for p in packed] == [8, 8, 16]
+
+
+def test_pack_by_tokens_cuts_a_group_over_the_budget_and_reaches_min_pieces():
+    batch = _mixed_length_batch(response_lengths=(40, 2), group_size=4)
+    pieces = batch.pack_by_tokens(max_tokens=2 * 45)  # the long group (4 × 44 tokens) needs two pieces
+    assert [p.batch_size for p in pieces] == [2, 2, 4]
+    assert all(p.attention_mask.numel() <= 2 * 45 for p in pieces)
+    more = batch.pack_by_tokens(max_tokens=10**6, min_pieces=3)  # one piece would do; three are asked for
+    assert len(more) == 3 and sum(p.batch_size for p in more) == 8
+    assert [p.group_ids.unique().tolist() for p in more] in ([[0], [0], [1]], [[0], [1], [1]])
+    with pytest.raises(ValueError, match="into 9"):
+        batch.pack_by_tokens(max_tokens=10**6, min_pieces=9)

@@ -194,3 +194,50 @@ def test_checkpoint_round_trip_resumes_exactly(model_dir, tmp_path, zero_stage):
     assert second["loss/total"] == first["loss/total"]
     with pytest.raises(FileNotFoundError):
         fresh.load_checkpoint(tmp_path / "nothing_here")
+
+
+def mixed_length_batch(seed=0) -> TrainBatch:
+    """Six groups of 4; long (≈20-token) and short (≈3-token) responses in alternate groups."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses, group_ids = [], [], []
+    for group, length in enumerate((20, 3, 22, 2, 19, 3)):
+        prompt = torch.randint(1, VOCAB, (3,), generator=g).tolist()
+        for row in range(4):
+            prompts.append(prompt)
+            responses.append(torch.randint(1, VOCAB, (length + row % 3,), generator=g).tolist())
+            group_ids.append(group)
+    return TrainBatch.from_lists(prompts, responses, torch.randn(len(prompts), generator=g), group_ids, pad_id=0)
+
+
+def first_step_gradients(engine: LearnerEngine, batch: TrainBatch) -> tuple[dict[str, torch.Tensor], dict]:
+    """The accumulated gradient at the first optimiser step of ``train_step`` (before it is applied)."""
+    captured: dict[str, torch.Tensor] = {}
+    step = engine.engine.step
+
+    def capturing_step():
+        if engine.engine.is_gradient_accumulation_boundary() and not captured:
+            captured.update({n: p.grad.detach().clone() for n, p in engine.model.named_parameters()})
+        step()
+
+    engine.engine.step = capturing_step
+    metrics = engine.train_step(batch, step=0)
+    return captured, metrics
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
+def test_token_budget_micro_batches_give_the_same_gradient_with_less_padding(model_dir, loss_agg):
+    """Dynamic batch size changes how the mini-batch is cut, not the loss: the gradient is the same."""
+    batch = mixed_length_batch()
+    loss = PolicyLossConfig(loss_agg=loss_agg, kl_coef=0.0)
+    selection = SelectionConfig(method="gmts", ratio=0.5)  # scope='group': groups stay whole either way
+    results = []
+    for options in ({"micro_batch_size": 8}, {"micro_batch_size": 8, "max_tokens_per_micro_batch": 8 * 26}):
+        engine = make_engine(model_dir, loss=loss, selection=selection, mini_batch_size=24, grad_clip=0.0,
+                             **options)
+        results.append(first_step_gradients(engine, batch))
+    (fixed, fixed_metrics), (packed, packed_metrics) = results
+    for name, gradient in fixed.items():
+        torch.testing.assert_close(packed[name], gradient, atol=1e-5, rtol=1e-5, msg=name)
+    assert packed_metrics["loss/pg"] == pytest.approx(fixed_metrics["loss/pg"], rel=1e-4, abs=1e-6)
+    assert packed_metrics["learner/padding_fraction"] < fixed_metrics["learner/padding_fraction"] - 0.15
+    assert (fixed_metrics["learner/micro_batches"], packed_metrics["learner/micro_batches"]) == (3, 3)

@@ -33,6 +33,7 @@ def multiprocess_engine(tiny_model_dir, monkeypatch):
 @pytest.mark.slow
 def test_weights_reach_a_worker_process(multiprocess_engine, tiny_model_dir):
     assert multiprocess_engine._in_process_worker() is None  # so update_weights takes the bytes route
+    assert multiprocess_engine.weight_sync_route() == "bytes"  # what 'auto' picks for it on CPU
 
     new_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     old_model = copy.deepcopy(new_model)

@@ -121,3 +121,64 @@ def test_update_invalidates_cached_prefix_blocks(engine, old_model):
         sample.response_logprobs,
         transformers_logprobs(new_model, long_prompt, sample.response_ids, TEMPERATURE),
     )
+
+
+def _learner_process(model_dir, port: int, response: list[int], results) -> None:
+    """A real LearnerEngine (DeepSpeed, one gloo rank) in its own process: perturbs its weights, then
+    broadcasts them as rank 0 of the weight-sync group and reports its own logprobs of ``response``."""
+    import socket
+
+    from workers.learner.config import LearnerConfig
+    from workers.learner.engine import LearnerEngine, init_process_group
+    from workers.learner.losses import PolicyLossConfig
+    from workers.learner.selection import SelectionConfig
+    from workers.weight_broadcast import join_group
+
+    torch.set_num_threads(1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        learner_port = probe.getsockname()[1]
+    init_process_group(0, 1, "127.0.0.1", learner_port)
+    learner = LearnerEngine(model_dir, LearnerConfig(mini_batch_size=8, micro_batch_size=8), PolicyLossConfig(),
+                            SelectionConfig(), temperature=TEMPERATURE)
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for parameter in learner.model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    group = join_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=300)
+    sent = learner.broadcast_weights(group, bucket_bytes=64 * 1024)  # several buckets for this model
+    results.put((sent, learner.sequence_logprobs(PROMPT, response, temperature=1.0)))
+
+
+@pytest.mark.slow
+def test_collective_update_from_a_learner_process_matches_the_learner(engine, old_model, tiny_model_dir):
+    """The collective route: a real LearnerEngine in another process broadcasts over gloo straight into
+    this in-process vLLM worker, which then scores like the learner."""
+    assert engine.weight_sync_route() == "in_process"  # 'auto' on CPU; the collective calls work on any engine
+    import multiprocessing
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    response = [VOCAB[c] for c in "68"] + [VOCAB["<eos>"]]
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    learner = context.Process(target=_learner_process, args=(tiny_model_dir, port, response, results))
+    learner.start()
+    try:
+        engine.join_weight_sync_group("127.0.0.1", port, 1, 2, "gloo")
+        seconds = engine.receive_weights()
+        sent, learner_logprobs = results.get(timeout=300)
+    finally:
+        learner.join(timeout=120)
+        if learner.is_alive():
+            learner.kill()
+    assert learner.exitcode == 0
+    # Tied embeddings travel once: the bytes are those of the parameters, not of the state dict's aliases.
+    assert sent == sum(p.numel() * 4 for p in old_model.parameters())
+    assert 0 < seconds < 300
+    vllm_logprobs = engine.sequence_logprobs(PROMPT, response)
+    assert_close(vllm_logprobs, torch.tensor(learner_logprobs))
+    old = transformers_logprobs(old_model, PROMPT, response, 1.0)
+    assert (torch.tensor(vllm_logprobs) - old).abs().max() > 1e-2, "weights did not change"
