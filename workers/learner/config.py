@@ -20,6 +20,11 @@ class LearnerConfig(BaseModel):
     num_actors: int = Field(1, ge=1, description="Learner ranks (Ray actors), one DeepSpeed data-parallel process each.")
     zero_stage: int = Field(0, ge=0, le=3, description="DeepSpeed ZeRO stage: 0 (plain DDP) to 3 (parameters sharded).")
     lr: float = Field(1e-6, gt=0.0, description="AdamW learning rate.")
+    lr_warmup_steps: int = Field(
+        0, ge=0, description="Optimiser steps of linear learning-rate warm-up from 0 (then constant). Adam's first "
+        "updates move every weight by about lr whatever its gradient's noise; a warm-up keeps a small batch's noise "
+        "from knocking a small policy off its base (like verl's lr_warmup_steps)."
+    )
     weight_decay: float = Field(0.0, ge=0.0)
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW (β1, β2), each in [0, 1).")
     grad_clip: float = Field(1.0, ge=0.0, description="Global gradient-norm clip; 0 = off.")

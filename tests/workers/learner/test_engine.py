@@ -196,6 +196,24 @@ def test_checkpoint_round_trip_resumes_exactly(model_dir, tmp_path, zero_stage):
         fresh.load_checkpoint(tmp_path / "nothing_here")
 
 
+def test_lr_warmup_ramps_per_optimiser_step_and_resumes_from_a_checkpoint(model_dir, tmp_path):
+    engine = make_engine(model_dir, lr=1e-2, lr_warmup_steps=4)  # 16 sequences, mini 8: 2 optimiser steps a call
+    prepared = engine.compute_reference_stats(make_batch())
+    lr_now = lambda e: e.optimizer.param_groups[0]["lr"]
+    seen = [lr_now(engine)]
+    engine.train_step(prepared, step=0)
+    seen.append(lr_now(engine))
+    engine.save_checkpoint(tmp_path / "ckpt")
+    engine.train_step(prepared, step=1)
+    seen.append(lr_now(engine))
+    assert seen == pytest.approx([1e-2 / 4, 3e-2 / 4, 1e-2])  # (k + 1) / 4 at optimiser step k, then flat
+    fresh = make_engine(model_dir, lr=1e-2, lr_warmup_steps=4)
+    fresh.load_checkpoint(tmp_path / "ckpt")
+    assert lr_now(fresh) == pytest.approx(3e-2 / 4)  # the schedule continues where it stopped
+    fresh.train_step(prepared, step=1)
+    assert lr_now(fresh) == pytest.approx(1e-2)
+
+
 def mixed_length_batch(seed=0) -> TrainBatch:
     """Six groups of 4; long (≈20-token) and short (≈3-token) responses in alternate groups."""
     g = torch.Generator().manual_seed(seed)
