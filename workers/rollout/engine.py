@@ -84,6 +84,7 @@ class RolloutEngine:
         with _context_proxies_hidden():
             self._llm = LLM(**engine_args)
         self.start_seconds = time.perf_counter() - started
+        _drop_per_sync_log_lines()
         self._weight_sync = self._resolve_weight_sync()
         logger.info("vLLM engine for %s started in %.1f s (weight sync: %s)", self.model_dir, self.start_seconds,
                     self._weight_sync)
@@ -249,6 +250,25 @@ def _context_proxies_hidden():
         yield
     finally:
         sys.modules.update(hidden)
+
+
+# vLLM logs these on every in-place reload, i.e. once per RL step, burying the loop's own step line;
+# the loop reports the sync time itself (time/sync). The rotary embedding has no weights to load.
+_PER_SYNC_LOG_LINES = ("Reloading weights inplace", "Reloading and processing weights took", "Successfully reset prefix cache",
+                       "RotaryEmbedding: Failed to load weights")
+
+
+class _PerSyncLogFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not any(line in message for line in _PER_SYNC_LOG_LINES)
+
+
+def _drop_per_sync_log_lines() -> None:
+    # On vLLM's handlers, not its logger: a logger's filters do not see its children's records.
+    for handler in logging.getLogger("vllm").handlers:
+        if not any(isinstance(f, _PerSyncLogFilter) for f in handler.filters):
+            handler.addFilter(_PerSyncLogFilter())
 
 
 def _tokens_prompts(prompt_token_ids: list[list[int]]) -> list[Any]:
