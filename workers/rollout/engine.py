@@ -254,8 +254,10 @@ def _context_proxies_hidden():
 
 # vLLM logs these on every in-place reload, i.e. once per RL step, burying the loop's own step line;
 # the loop reports the sync time itself (time/sync). The rotary embedding has no weights to load.
-_PER_SYNC_LOG_LINES = ("Reloading weights inplace", "Reloading and processing weights took", "Successfully reset prefix cache",
-                       "RotaryEmbedding: Failed to load weights")
+_PER_SYNC_LOG_LINES = (
+    "Reloading weights inplace", "Reloading and processing weights took", "Successfully reset prefix cache",
+    "RotaryEmbedding: Failed to load weights",
+)
 
 
 class _PerSyncLogFilter(logging.Filter):
