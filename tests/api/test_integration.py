@@ -304,3 +304,27 @@ def test_sweeps_over_rest_against_real_ray_and_mlflow(api: ApiProcess, ray_head:
     listed = {item["id"]: item["status"] for item in api.call("GET", "/v1/sweeps").json()["items"]}
     assert listed == {first["id"]: "succeeded", second["id"]: "cancelled"}
     print("timings (s since the first submit):", {k: round(v) for k, v in timings.items()})
+
+
+def test_training_run_through_ray_job_submit_lands_in_mlflow(ray_head: str, mlflow_server: str, work: Path) -> None:
+    """What a user types: ``ray job submit --working-dir . -- python -m orchestrator.train …`` against the
+    token-auth head; the job succeeds and its run, with the config as params, is in the MLflow server."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("RAY_", "MLFLOW_", "GMTS_"))}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, PATH=f"{VENV_BIN}:{env['PATH']}")
+    run_name = "job-submit-" + secrets.token_hex(4)
+    overrides = {**TINY_OVERRIDES, "training.steps": 2, "name": run_name, "tracking.tracking_uri": mlflow_server,
+                 "output_dir": str(work / "job-runs")}
+    command = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head, "--working-dir", ".",
+               "--submission-id", run_name, "--", "python", "-m", "orchestrator.train", "--config", "cpu-tiny-s",
+               *[arg for key, value in overrides.items() for arg in ("--set", f"{key}={value}")]]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert _ray_status(ray_head, run_name) == "SUCCEEDED"
+    mlflow = MlflowClient(mlflow_server)
+    runs = mlflow.search_runs(
+        [mlflow.get_experiment_by_name("gmts-lab").experiment_id], f"tags.`mlflow.runName` = '{run_name}'")
+    assert [run.info.status for run in runs] == ["FINISHED"], runs
+    run = runs[0]
+    assert run.data.params["selection.method"] == "gmts" and run.data.params["training.steps"] == "2"
+    assert [m.step for m in mlflow.get_metric_history(run.info.run_id, "train/accuracy")] == [1, 2]
+    assert "eval/arithmetic/accuracy" in run.data.metrics
