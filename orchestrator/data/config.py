@@ -238,6 +238,15 @@ class DataConfig(BaseModel):
     prompts_per_step: int = Field(default=32, ge=1, description="Distinct prompts per RL step.")
     prompt_template: PromptTemplateConfig = Field(default_factory=PromptTemplateConfig)
 
+    @field_validator("eval", mode="before")
+    @classmethod
+    def _null_removes_an_inherited_eval_set(cls, eval_sets: Any) -> Any:
+        # Presets merge dicts, so a preset that extends another could never drop a parent's validation
+        # set; ``name: null`` (or ``--set data.eval.name=null``) removes it.
+        if isinstance(eval_sets, dict):
+            return {name: spec for name, spec in eval_sets.items() if spec is not None}
+        return eval_sets
+
     @field_validator("eval")
     @classmethod
     def _eval_defaults_to_test_split(cls, eval_sets: dict[str, DatasetSpec]) -> dict[str, DatasetSpec]:

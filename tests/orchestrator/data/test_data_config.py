@@ -134,3 +134,10 @@ def test_config_round_trips_through_json() -> None:
         prompt_template={"kind": "plain"},
     )
     assert DataConfig.model_validate_json(config.model_dump_json()) == config
+
+
+def test_null_removes_an_eval_set_a_preset_inherited() -> None:
+    # Presets merge dicts: without this, a preset extending another could never drop a parent's eval set.
+    config = DataConfig(train={"source": "arithmetic"},
+                        eval={"kept": {"source": "arithmetic"}, "dropped": None})
+    assert list(config.eval) == ["kept"] and config.eval["kept"].split == "test"
