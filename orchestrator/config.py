@@ -122,6 +122,10 @@ class ResourcesConfig(_Strict):
     cpus_per_reward_worker: float = Field(0.0, ge=0, description="Reward scoring is light; 0 lets it share a core.")
     gpus_per_rollout_actor: float = Field(0.0, ge=0)
     gpus_per_learner_actor: float = Field(0.0, ge=0)
+    colocate: bool = Field(
+        False, description="Rollout engine r and learner rank r share one placement bundle (one GPU: give each a "
+        "fraction, e.g. 0.5, and lower rollout.gpu_memory_utilization); False = separate GPUs."
+    )
 
 
 class ExperimentConfig(_Strict):
@@ -140,6 +144,22 @@ class ExperimentConfig(_Strict):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+
+    @model_validator(mode="after")
+    def _colocation_pairs_engines_with_learners(self) -> "ExperimentConfig":
+        res = self.resources
+        if not res.colocate:
+            return self
+        if self.rollout.num_actors != self.learner.num_actors:
+            raise ValueError(f"resources.colocate: pairs rollout engine r with learner rank r, so rollout.num_actors "
+                             f"({self.rollout.num_actors}) must equal learner.num_actors ({self.learner.num_actors})")
+        if self.rollout.tensor_parallel_size != 1:
+            raise ValueError("resources.colocate: an engine with rollout.tensor_parallel_size > 1 spans several GPUs "
+                             "and cannot share one with a learner rank")
+        if res.gpus_per_rollout_actor + res.gpus_per_learner_actor > 1:
+            raise ValueError(f"resources.colocate: gpus_per_rollout_actor + gpus_per_learner_actor = "
+                             f"{res.gpus_per_rollout_actor + res.gpus_per_learner_actor} exceeds the one GPU they share")
+        return self
 
     @property
     def run_dir(self) -> Path:

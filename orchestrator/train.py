@@ -29,7 +29,7 @@ from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator.data import PromptSampler, load_dataset
 from orchestrator.evaluation import evaluate
-from orchestrator.resources import bundle_index
+from orchestrator.resources import bundle_index, run_bundles
 from orchestrator.rollout_step import advantages_of, collect
 from orchestrator.tracking import RunTracker
 from workers.learner.batch import TrainBatch
@@ -39,6 +39,9 @@ from workers.rollout.actor import RolloutGroup
 from workers.weight_broadcast import choose_backend
 
 logger = logging.getLogger("orchestrator.train")
+
+# How long a run waits for the cluster to hold its placement bundles before it gives up with an error.
+PLACEMENT_TIMEOUT_S = 600.0
 
 # Answers of the last batch whose token entropies and gradient norms are saved for the report's scatter.
 DIAGNOSTIC_ANSWERS = 64
@@ -150,8 +153,13 @@ def train(
     if restored:
         tracker.reopen()
     workers: _Workers | None = None
+    own_group = None
     status = "FAILED"
     try:
+        if placement_group is None and config.resources.colocate:
+            # Outside a sweep nobody reserved the pairs' shared bundles: do it here, or Ray could put an
+            # engine and its learner on different GPUs.
+            own_group = placement_group = _reserve_bundles(config)
         policy_dir = prepare_policy(config)
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
         sampler = PromptSampler(load_dataset(config.data.train), config.data.prompts_per_step, seed=config.training.seed)
@@ -227,7 +235,20 @@ def train(
     finally:
         if workers is not None:
             workers.shutdown()
+        if own_group is not None:
+            ray.util.remove_placement_group(own_group)
         tracker.finish(status)
+
+
+def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIMEOUT_S):
+    bundles = run_bundles(config)
+    group = ray.util.placement_group(bundles, strategy="PACK")
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+    if not ready:
+        ray.util.remove_placement_group(group)
+        raise RuntimeError(f"resources: the cluster did not hold this run's bundles {bundles} within {timeout_s:.0f} s "
+                           f"(cluster resources: {ray.cluster_resources()})")
+    return group
 
 
 def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, step: int, next_group_id: int,

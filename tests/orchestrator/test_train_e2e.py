@@ -87,3 +87,18 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
     with pytest.raises(ConfigError, match="selection.ratio"):
         _config(tmp_path, "bad", 2, **{"selection.ratio": "0"})
     assert not (tmp_path / "runs").exists()
+
+
+def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(tmp_path, local_ray):
+    seen: list[list[dict]] = []
+
+    def live_groups(report: StepReport) -> None:
+        seen.append([g["bundles"] for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"])
+
+    config = _config(tmp_path, "colocated", 1, **{"resources.colocate": "true", "checkpoint.interval": "0",
+                                                  "evaluation.interval": "0"})
+    result = train(config, on_step=live_groups)
+    assert result.steps == 1
+    # Outside a sweep the run reserved its own group: the driver's sliver, then the (engine 0, learner 0) pair.
+    assert seen == [[{0: {"CPU": 0.01}, 1: {"CPU": 1.99}}]]
+    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
