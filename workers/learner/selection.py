@@ -74,7 +74,8 @@ class SelectionConfig(BaseModel):
     def _ratio_matches_method(self) -> "SelectionConfig":
         if self.method == "none":
             if self.ratio not in (None, 1.0):
-                raise ValueError(f"ratio: method 'none' keeps every token; got ratio={self.ratio} (leave it unset)")
+                raise ValueError(f"ratio: method 'none' keeps every token; got ratio={self.ratio} "
+                                 "(leave it unset, or null: --set selection.ratio=null)")
         elif self.ratio is None:
             raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
         return self
