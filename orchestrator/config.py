@@ -97,7 +97,7 @@ class EvaluationConfig(_Strict):
     max_problems: int | None = Field(None, ge=1, description="Cap per validation set (None = all).")
 
     @model_validator(mode="after")
-    def _greedy_means_one_sample(self) -> "EvaluationConfig":
+    def _greedy_means_one_sample(self) -> EvaluationConfig:
         if self.greedy and self.k != 1:
             raise ValueError("k: greedy evaluation gives one answer per problem; set k=1 or greedy=false")
         return self
@@ -146,7 +146,7 @@ class ExperimentConfig(_Strict):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
 
     @model_validator(mode="after")
-    def _colocation_pairs_engines_with_learners(self) -> "ExperimentConfig":
+    def _colocation_pairs_engines_with_learners(self) -> ExperimentConfig:
         res = self.resources
         if not res.colocate:
             return self

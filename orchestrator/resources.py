@@ -1,10 +1,11 @@
 """The Ray resource bundles of one training run, in one fixed order.
 
 Bundle 0 is the driver (the RL loop itself; a Tune trial's function runs there), then one bundle
-per rollout actor, then one per learner actor; with ``resources.colocate`` one bundle per (rollout engine r,
-learner rank r) pair instead, which is how an engine and a learner share a GPU. Sweeps build a trial's ``PlacementGroupFactory``
-from :func:`run_bundles`; the loop places its actors by :func:`bundle_index` in the same group,
-so a trial can never take more of the cluster than its placement group holds.
+per rollout actor, then one per learner actor; with ``resources.colocate`` one bundle per
+(rollout engine r, learner rank r) pair instead, which is how an engine and a learner share a GPU.
+Sweeps build a trial's ``PlacementGroupFactory`` from :func:`run_bundles`; the loop places its actors
+by :func:`bundle_index` in the same group, so a trial can never take more of the cluster than its
+placement group holds.
 """
 
 from __future__ import annotations

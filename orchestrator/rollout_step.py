@@ -34,7 +34,7 @@ class Rollouts:
     generate_seconds: float = 0.0
     reward_seconds: float = 0.0
 
-    def extend(self, other: "Rollouts", keep: list[bool]) -> None:
+    def extend(self, other: Rollouts, keep: list[bool]) -> None:
         for index, flag in enumerate(keep):
             if flag:
                 self.samples.append(other.samples[index])

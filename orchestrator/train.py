@@ -14,9 +14,9 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import ray
 import torch
@@ -99,7 +99,7 @@ class _Workers:
         for stop in (self.rollout.shutdown, self.learners.shutdown, lambda: ray.kill(self.reward)):
             try:
                 stop()
-            except Exception:  # noqa: BLE001 - best effort: the run is over either way
+            except Exception:  # best effort: the run is over either way
                 logger.debug("shutdown step failed", exc_info=True)
 
 
@@ -246,8 +246,8 @@ def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIME
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
         ray.util.remove_placement_group(group)
-        raise RuntimeError(f"resources: the cluster did not hold this run's bundles {bundles} within {timeout_s:.0f} s "
-                           f"(cluster resources: {ray.cluster_resources()})")
+        raise RuntimeError(f"resources: the cluster did not hold this run's bundles {bundles} within "
+                           f"{timeout_s:.0f} s (cluster resources: {ray.cluster_resources()})")
     return group
 
 

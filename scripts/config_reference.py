@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from orchestrator.config import ExperimentConfig  # noqa: E402
-from sweeps.spec import SweepSpec  # noqa: E402
+from orchestrator.config import ExperimentConfig
+from sweeps.spec import SweepSpec
 
 HEADER = """# Configuration reference
 

@@ -1,6 +1,6 @@
 import pytest
 
-from orchestrator.config import ExperimentConfig, flatten
+from orchestrator.config import flatten
 from orchestrator.config_loader import ConfigError, load_experiment, preset_names
 
 

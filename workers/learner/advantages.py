@@ -7,7 +7,7 @@ per sequence; the learner broadcasts it over the sequence's tokens.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -122,7 +122,8 @@ class LearnerEngine:
                                       weight_decay=learner.weight_decay)
         warmup = learner.lr_warmup_steps
         # DeepSpeed steps the scheduler with each optimiser step and keeps its state in checkpoints.
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=ResponseLogitsPolicy(self.model), optimizer=optimizer, lr_scheduler=schedule,
             config=self._deepspeed_config()

@@ -71,7 +71,7 @@ class SelectionConfig(BaseModel):
     seed: int = Field(0, description="Seed of the 'random' method's scores.")
 
     @model_validator(mode="after")
-    def _ratio_matches_method(self) -> "SelectionConfig":
+    def _ratio_matches_method(self) -> SelectionConfig:
         if self.method == "none":
             if self.ratio not in (None, 1.0):
                 raise ValueError(f"ratio: method 'none' keeps every token; got ratio={self.ratio} "

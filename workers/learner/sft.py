@@ -8,9 +8,8 @@ reaches 15–50 % greedy accuracy in 75–115 s on one thread). Plain PyTorch: o
 
 from __future__ import annotations
 
-import math
-
 import logging
+import math
 import os
 import shutil
 import tempfile

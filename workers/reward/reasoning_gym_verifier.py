@@ -47,7 +47,7 @@ def submitted_answer(completion: str) -> str | None:
     return lines[-1] if lines else None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _score_answer_fn(dataset: str) -> Callable[..., float]:
     # get_score_answer_fn builds a dataset instance on every call: build it once per task and process.
     try:

@@ -86,7 +86,7 @@ def isolation_plan_for(config: SandboxConfig) -> IsolationPlan:
                           use_seccomp=config.use_seccomp, isolate_network=config.isolate_network)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def isolation_plan(*, use_namespaces: bool, use_landlock: bool, use_seccomp: bool,
                    isolate_network: bool) -> IsolationPlan:
     landlock = use_landlock and sandbox_boot.landlock_abi() >= 1

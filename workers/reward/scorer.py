@@ -8,7 +8,12 @@ from collections.abc import Sequence
 
 from workers.problem import Problem
 from workers.reward.config import RewardConfig
-from workers.reward.dispatch import check_deadline_s, prepare_verifier_process, probe_sandbox, verify_completion
+from workers.reward.dispatch import (
+    check_deadline_s,
+    prepare_verifier_process,
+    probe_sandbox,
+    verify_completion,
+)
 from workers.reward.results import RewardBatchStats, RewardResult
 from workers.reward.verifier_pool import VerifierPool
 
