@@ -43,7 +43,7 @@ VENV_BIN = Path(sys.executable).parent
 TOKEN = "integration-" + secrets.token_hex(12)
 # cpu-tiny-s cut down to seconds of work per trial (as in tests/sweeps/test_sweep_e2e.py).
 TINY_OVERRIDES = {
-    "warmup.steps": 40, "warmup.examples": 500,  # ≤ 20 steps: ZeroDivisionError in OneCycleLR (sft.py)
+    "warmup.steps": 40, "warmup.examples": 500,  # a base policy in seconds (cached)
     "rollout.n_samples": 4,
     "data.eval.arithmetic.limit": 16, "data.prompts_per_step": 8,
     "learner.mini_batch_size": 32, "learner.micro_batch_size": 32,
