@@ -43,7 +43,7 @@ def scales(smoke: bool) -> list[Scale]:
     if smoke:
         return [Scale("tiny-s", "cpu-tiny-s", 4, 2, rounds=1)]
     return [
-        Scale("tiny-s", "cpu-tiny-s", 32, 8, rounds=7),  # the preset's step: 32 prompts × 8 samples
+        Scale("tiny-s", "cpu-tiny-s", 32, 8, rounds=7),  # 32 prompts × the preset's 8 samples (its RL step rolls out 128)
         Scale("smollm2-135m", "cpu-smollm2", 8, 4, rounds=3),
     ]
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from benchmarks.ray_session import start_local_ray
 from benchmarks.report import BenchmarkResult, Figure
-from benchmarks.training_runs import LoopRun, require_loop, run_loop
+from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop
 
 METHODS = ("none", "ets", "gmts", "gmts_exact")
 PRESET = "cpu-tiny-s"
@@ -32,7 +32,7 @@ def settings_for(smoke: bool) -> dict:
         return {"steps": 2, "rounds": 1, "methods": ("none", "gmts_exact"),
                 "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
                                        "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"]}
-    return {"steps": 8, "rounds": 2, "methods": METHODS, "overrides": common}
+    return {"steps": 8, "rounds": 3, "methods": METHODS, "overrides": common}
 
 
 def run(smoke: bool) -> dict:
@@ -44,6 +44,9 @@ def run(smoke: bool) -> dict:
     runs: dict[str, list[LoopRun]] = defaultdict(list)
     start_local_ray()
     try:
+        # A discarded run first: the first train() of a fresh Ray session also pays for Ray's worker
+        # pool and cold file caches, which would otherwise land on whichever method runs first.
+        run_loop(PRESET, cfg["overrides"] + ["selection.method=gmts"], 2)
         for round_index in range(cfg["rounds"]):
             shift = round_index % len(methods)
             for method in methods[shift:] + methods[:shift]:
@@ -58,19 +61,29 @@ def run(smoke: bool) -> dict:
     learner = {m: _pooled(runs[m], "time/train_step_s") for m in methods}
     sel_loss = {m: _pooled(runs[m], "time/selection_and_loss_s") for m in methods}
     forward = {m: _pooled(runs[m], "time/forward_s") for m in methods}
-    med = lambda values: statistics.median(values) if values else None
     figures: list[Figure] = []
     for method in methods[1:]:
-        figures.append(Figure(f"step time {method} / none", _ratio(med(steps[method]), med(steps["none"])), "×",
-                              f"{med(steps[method]):.3f} s vs {med(steps['none']):.3f} s (time/step)"))
+        figures.append(Figure(f"step time {method} / none (paired by round)", _paired(runs, method, "time/step"),
+                              "×", f"pooled medians {_median(steps[method]):.3f} s vs {_median(steps['none']):.3f} s"))
     for method in methods[1:]:
-        figures.append(Figure(f"learner update {method} / none", _ratio(med(learner[method]), med(learner["none"])),
-                              "×", "time/train_step_s"))
+        figures.append(Figure(f"learner update {method} / none (paired by round)",
+                              _paired(runs, method, "time/train_step_s"), "×", "time/train_step_s"))
     for method in methods:
-        share = _ratio(med(sel_loss[method]), med(learner[method]))
+        share = _ratio(_median(sel_loss[method]), _median(learner[method]))
         figures.append(Figure(f"{method}: selection+loss share of the learner update",
-                              None if share is None else 100 * share, "%", "time/selection_and_loss_s"))
-    gmts_step, gmts_forward = med(steps.get("gmts", [])), med(forward.get("gmts", []))
+                              None if share is None else 100 * share, "%",
+                              "time/selection_and_loss_s ÷ time/train_step_s (same steps); gmts_exact's G is "
+                              "computed in the forward phase"))
+    for method in methods[1:]:
+        figures.append(Figure(f"learner forward phase {method} / none (paired by round)",
+                              _paired(runs, method, "time/forward_s"), "×", "time/forward_s (entropy, G inside)"))
+    rollout = [run.median("time/rollout") for m in methods for run in runs[m]]
+    rollout = [r for r in rollout if r is not None]
+    if rollout:
+        figures.append(Figure("run-to-run spread: slowest / fastest run's rollout phase", max(rollout) / min(rollout),
+                              "×", "the rollout does not depend on the method: this is the noise floor of the "
+                              "run-level ratios above"))
+    gmts_step, gmts_forward = _median(steps.get("gmts", [])), _median(forward.get("gmts", []))
     if gmts_step and gmts_forward is not None:
         figures.append(Figure("released-way step (estimated) / our gmts step", (gmts_step + gmts_forward) / gmts_step,
                               "×", "our gmts step + one more forward (time/forward_s) per mini-batch"))
@@ -78,15 +91,29 @@ def run(smoke: bool) -> dict:
         title="step time by selection method in train() (cpu-tiny-s)",
         settings={"preset": PRESET, "methods": list(methods), "steps_per_run": cfg["steps"],
                   "rounds": cfg["rounds"], "overrides": cfg["overrides"],
+                  "rl_step": rl_step_shape(PRESET, cfg["overrides"]),
                   "steady_steps_per_method": {m: len(steps[m]) for m in methods}},
         figures=figures,
         measurements={m: [run.breakdown() for run in runs[m]] for m in methods},
-        notes=["each run's first step is dropped; medians pool the remaining steps of every round."],
+        notes=[("one discarded warm-up run first; each run's first step is dropped; a run's figure is the "
+                "median of its remaining steps; 'paired by round' = median over rounds of run(method) / run(none) "
+                "of the same round.")],
     ).as_dict()
 
 
 def _pooled(runs: list[LoopRun], key: str) -> list[float]:
     return [step[key] for run in runs for step in run.steady_steps() if key in step]
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _paired(runs: dict[str, list[LoopRun]], method: str, key: str) -> float | None:
+    """Median over rounds of (run of ``method``'s median ``key``) / (the same round's ``none`` run's)."""
+    ratios = [_ratio(a.median(key), b.median(key)) for a, b in zip(runs[method], runs["none"], strict=True)]
+    ratios = [r for r in ratios if r is not None]
+    return statistics.median(ratios) if ratios else None
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -25,6 +25,7 @@ import yaml
 
 from benchmarks.ray_session import REPO_ROOT
 from benchmarks.report import BenchmarkResult, Figure, require_modules
+from benchmarks.training_runs import rl_step_shape
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +87,8 @@ def run(smoke: bool) -> dict:
     ]
     return BenchmarkResult(
         title="a 4-trial Tune grid vs the sum of its trials' times / usable parallelism",
-        settings={"spec": spec, "trial_cpus": trial_cpus, "machine_cpus": cpus, "usable_parallelism": parallelism,
+        settings={"spec": spec, "rl_step": rl_step_shape(PRESET, [f"{k}={v}" for k, v in cfg["overrides"].items()]),
+                  "trial_cpus": trial_cpus, "machine_cpus": cpus, "usable_parallelism": parallelism,
                   "command": "python -m sweeps.run SPEC --output-dir DIR"},
         figures=figures,
         measurements={"wall_seconds": wall, "trial_seconds": trial_seconds,

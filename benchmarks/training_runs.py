@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import statistics
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.report import require_modules
@@ -35,6 +36,14 @@ class LoopRun:
     history: list[dict[str, float]]
     final_metrics: dict[str, float]
     wall_seconds: float
+    initial_metrics: dict[str, float] = field(default_factory=dict)  # the step-0 evaluation (run_loop_for_seconds)
+    budget_reached: bool | None = None  # run_loop_for_seconds: stopped by its budget (False: by its step cap)
+
+    @property
+    def rl_seconds(self) -> float:
+        """The RL steps' own time (Σ time/step): rollout, reward, learner, sync, the loop's overhead; no
+        evaluation, no actor start-up, no checkpoint writes."""
+        return sum(step.get(STEP_KEY, 0.0) for step in self.history)
 
     def steady_steps(self) -> list[dict[str, float]]:
         """Steps after the first (the first pays one-time costs: lazy inits, allocator warm-up)."""
@@ -46,18 +55,28 @@ class LoopRun:
 
     def breakdown(self) -> dict[str, float | None]:
         """Median seconds per phase of a steady step, plus the step and the unaccounted rest."""
-        phases = {name: self.median(key) for name, key in PHASES.items()}
-        step = self.median(STEP_KEY)
-        accounted = sum(v for v in phases.values() if v is not None)
-        phases["overhead"] = None if step is None else step - accounted
-        phases["step"] = step
-        return phases
+        return step_breakdown(self.steady_steps())
+
+
+def step_breakdown(steps: list[dict[str, float]]) -> dict[str, float | None]:
+    """Median seconds of each phase over ``steps``, of the whole step, and of the rest ("overhead").
+
+    The rest is computed step by step (step − Σ phases of that step) before taking its median:
+    medians do not add, so the median step minus the phase medians could even come out negative.
+    """
+    def median_of(values: list[float]) -> float | None:
+        return statistics.median(values) if values else None
+
+    out: dict[str, float | None] = {name: median_of([s[key] for s in steps if key in s])
+                                    for name, key in PHASES.items()}
+    timed = [s for s in steps if STEP_KEY in s]
+    out["overhead"] = median_of([s[STEP_KEY] - sum(s.get(key, 0.0) for key in PHASES.values()) for s in timed])
+    out["step"] = median_of([s[STEP_KEY] for s in timed])
+    return out
 
 
 def run_loop(preset: str, overrides: list[str], steps: int, work_dir: Path | None = None) -> LoopRun:
     """``train()`` on ``preset`` + ``overrides`` for ``steps`` RL steps, without checkpoints or periodic evals."""
-    import time
-
     from orchestrator.config_loader import load_experiment
     from orchestrator.train import train
 
@@ -74,3 +93,66 @@ def run_loop(preset: str, overrides: list[str], steps: int, work_dir: Path | Non
     logger.info("loop run %s %s: %.0f s", preset, overrides, wall)
     return LoopRun(overrides=overrides, history=result.history, final_metrics=result.final_metrics,
                    wall_seconds=wall)
+
+
+class _BudgetSpent(Exception):
+    """Raised from train()'s on_step callback once a run's RL time budget is spent."""
+
+
+def run_loop_for_seconds(preset: str, overrides: list[str], budget_seconds: float, max_steps: int,
+                         work_dir: Path | None = None) -> LoopRun:
+    """``train()`` until its RL steps' own time (Σ ``time/step``) reaches ``budget_seconds``, then its final
+    evaluation; at most ``max_steps`` steps.
+
+    ``train()`` runs a fixed number of steps, so the stop goes through the project's resume path (the one a
+    restarted sweep trial takes): every step saves a checkpoint (after ``time/step`` is taken, so outside
+    the budget), the ``on_step`` callback ends the run at the first step that brings the budget to zero,
+    and ``train(resume=True)`` with ``training.steps`` = the steps done restores that checkpoint and runs
+    only the final evaluation, in the same MLflow run. The budget is overrun by less than one step; the
+    run reports the RL seconds it actually used. ``wall_seconds`` covers both calls (start-ups, evaluations,
+    checkpoint writes).
+    """
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.config_loader import load_experiment
+    from orchestrator.train import train
+
+    history: list[dict[str, float]] = []
+
+    def on_step(report) -> None:  # report: orchestrator.train.StepReport
+        history.append(report.metrics)
+        if sum(step.get(STEP_KEY, 0.0) for step in history) >= budget_seconds:
+            raise _BudgetSpent
+
+    with tempfile.TemporaryDirectory(prefix="bench-run-", dir=work_dir) as tmp:
+        common = ["evaluation.interval=0", "checkpoint.interval=1", "checkpoint.keep_last=1", f"output_dir={tmp}",
+                  f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db", "name=bench", *overrides]
+        started = time.perf_counter()
+        try:
+            result = train(load_experiment(preset, [f"training.steps={max_steps}", *common]), on_step=on_step)
+            reached = False
+        except _BudgetSpent:
+            result = train(load_experiment(preset, [f"training.steps={len(history)}", *common]), resume=True)
+            reached = True
+        wall = time.perf_counter() - started
+        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
+        initial = {key: metric.value for key in client.get_run(result.run_id).data.metrics if key.startswith("eval/")
+                   for metric in client.get_metric_history(result.run_id, key) if metric.step == 0}
+    if result.steps != len(history):
+        raise RuntimeError(f"the resumed run ended at step {result.steps}, the budget stopped it at {len(history)}")
+    run = LoopRun(overrides=overrides, history=history, final_metrics=result.final_metrics, wall_seconds=wall,
+                  initial_metrics=initial, budget_reached=reached)
+    logger.info("loop run %s %s: %d steps, %.0f s of RL, %.0f s in all", preset, overrides, len(history),
+                run.rl_seconds, wall)
+    return run
+
+
+def rl_step_shape(preset: str, overrides: list[str]) -> dict[str, int]:
+    """What one RL step of ``preset`` + ``overrides`` does: prompts, sequences, optimiser steps (for the report)."""
+    from orchestrator.config_loader import load_experiment
+
+    config = load_experiment(preset, overrides)
+    sequences = config.data.prompts_per_step * config.rollout.n_samples
+    return {"prompts": config.data.prompts_per_step, "samples_per_prompt": config.rollout.n_samples,
+            "mini_batch_size": config.learner.mini_batch_size, "micro_batch_size": config.learner.micro_batch_size,
+            "optimiser_steps": config.learner.ppo_epochs * max(1, sequences // config.learner.mini_batch_size)}

@@ -6,16 +6,25 @@ same ETS top-20 % (TRL: ``top_entropy_quantile=0.2``; ours: ``selection.method=e
 scope=batch, apply_to=advantage`` — TRL masks the policy-gradient term and keeps the denominator),
 same loss (DAPO token-mean aggregation = TRL's default ``loss_type="dapo"``; no KL = TRL's default
 ``beta=0``; clip ε 0.2), same advantages (group-std-normalised = ``scale_rewards="group"``), same
-optimiser (AdamW, the preset's lr/betas/weight decay, constant schedule, grad-norm clip), same
-batch (one optimiser step per generation batch of prompts × n; TRL's per-device batch = our
-micro-batch, its gradient accumulation = our micro-batches per mini-batch), same reward code (our
-``RewardScorer`` is TRL's reward function).
+optimiser (AdamW, the preset's lr/betas/weight decay, grad-norm clip, constant schedule: our side is
+pinned to ``learner.lr_warmup_steps=0`` because the preset's linear warm-up is not TRL's
+``constant_with_warmup`` step for step), same reward code (our ``RewardScorer`` is TRL's reward
+function), and the same batch layout as the preset's RL step, whatever it is: one iteration = one
+generation batch of prompts_per_step × n sequences (TRL: ``steps_per_generation`` = those sequences
+÷ the micro-batch), trained in optimiser steps of ``mini_batch_size`` sequences (TRL: per-device
+batch = our micro-batch, gradient accumulation = micro-batches per mini-batch). With cpu-tiny-s
+(128 prompts × 8, mini-batch 256) that is 4 optimiser steps per iteration on both sides, and both
+sides then compute π_old with one extra no-grad forward over the batch (TRL does so whenever an
+iteration holds more than one optimiser step). The run checks that both sides took the same number
+of optimiser steps per iteration and records it.
 
 TRL runs in this process with its own generation (transformers ``generate``); we run
 ``train()`` on an embedded Ray (vLLM rollout actor + DeepSpeed learner actor + reward actor).
 TRL is one process and may use both cores, so it runs at 1 and at 2 torch threads and the ratio is
 taken against its faster setting. Runs alternate (ours, TRL, …) with the order rotated each round;
-each run's first iteration is dropped; seconds per iteration are medians over the rest.
+each run's first iteration is dropped; seconds per iteration are medians over the rest. A TRL
+iteration is timed from the end of the previous iteration's last optimiser step to the end of its own
+last one (generation, scoring, the π_old forward and all its optimiser steps).
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from transformers import TrainerCallback
 
 from benchmarks.ray_session import start_local_ray
 from benchmarks.report import BenchmarkResult, Figure, require_modules
-from benchmarks.training_runs import LoopRun, require_loop, run_loop
+from benchmarks.training_runs import LoopRun, require_loop, run_loop, step_breakdown
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +64,8 @@ def scales(smoke: bool) -> list[Scale]:
     return [
         Scale("tiny-s", "cpu-tiny-s", steps=10, rounds=2, trl_threads=(1, 2),
               extra=("data.eval.arithmetic.limit=32",)),
-        Scale("smollm2-135m", "cpu-smollm2", steps=4, rounds=1, trl_threads=(1, 2),
+        # ≈ 20-40 s per iteration: 8 iterations per run, 7 steady ones per side (the first pays one-time costs).
+        Scale("smollm2-135m", "cpu-smollm2", steps=8, rounds=1, trl_threads=(1, 2),
               extra=("data.eval.gsm8k.limit=2",)),
     ]
 
@@ -65,7 +75,7 @@ PARITY_OVERRIDES = (
     "selection.method=ets", "selection.ratio=0.2", "selection.scope=batch", "selection.apply_to=advantage",
     "algorithm.loss.kl_coef=0", "algorithm.loss.loss_agg=token-mean", "algorithm.loss.clip_low=0.2",
     "algorithm.loss.clip_high=0.2", "algorithm.advantage_estimator=grpo", "algorithm.dynamic_sampling=false",
-    "algorithm.overlong.enabled=false", "learner.ppo_epochs=1",
+    "algorithm.overlong.enabled=false", "learner.ppo_epochs=1", "learner.lr_warmup_steps=0",
 )
 
 
@@ -92,7 +102,8 @@ def run(smoke: bool) -> dict:
         notes=["ratio > 1: gmts-lab is faster (TRL seconds per iteration / ours).",
                ("our time split comes from the loop's time/* metrics: rollout, reward, learner "
                 "(time/train_step_s inside the learner actor), sync (weights to vLLM), overhead = the rest "
-                "(Ray calls, batching, advantages, logging).")],
+                "(Ray calls, batching, advantages, and the learner's π_old forward when an iteration holds "
+                "several optimiser steps).")],
     ).as_dict()
 
 
@@ -116,6 +127,10 @@ def _compare(scale: Scale) -> dict:
                 seconds, trl_info = _run_trl(config, policy_dir, scale.steps, int(case.removeprefix("trl_t")))
                 trl[case].extend(seconds[1:])  # the first iteration pays one-time costs
     our_steps = [step["time/step"] for run in ours for step in run.steady_steps()]
+    our_optim_steps = sorted({step.get("optim/steps") for run in ours for step in run.history})
+    if our_optim_steps != [trl_info["optimiser_steps_per_iteration"]]:
+        raise RuntimeError(f"not the same job: our iterations took {our_optim_steps} optimiser steps, "
+                           f"TRL's {trl_info['optimiser_steps_per_iteration']}")
     our_median = statistics.median(our_steps)
     trl_medians = {case: statistics.median(values) for case, values in trl.items()}
     best = min(trl_medians, key=trl_medians.get)
@@ -125,12 +140,12 @@ def _compare(scale: Scale) -> dict:
                       f"ours {our_median:.2f} s/iter, TRL {trl_medians[best]:.2f} s/iter")]
     figures += [Figure(f"{label}: TRL ({case}) s/iter ÷ gmts-lab s/iter", trl_medians[case] / our_median, "×",
                        f"{trl_medians[case]:.2f} s/iter") for case in trl_medians if case != best]
-    breakdown = _pooled_breakdown(ours)
+    breakdown = step_breakdown([step for run in ours for step in run.steady_steps()])
     for phase in ("rollout", "reward", "learner", "sync", "overhead"):
         value = breakdown.get(phase)
         figures.append(Figure(f"{label}: gmts-lab time share {phase}",
                               None if value is None else 100 * value / breakdown["step"], "%",
-                              "" if value is None else f"{value:.3f} s of {breakdown['step']:.3f} s"))
+                              "" if value is None else f"median {value:.3f} s; median step {breakdown['step']:.3f} s"))
     return {
         "figures": figures,
         "settings": {
@@ -139,24 +154,15 @@ def _compare(scale: Scale) -> dict:
             "steady_iterations": {"ours": len(our_steps), **{c: len(v) for c, v in trl.items()}},
             "prompts_per_iteration": config.data.prompts_per_step, "generations_per_prompt": config.rollout.n_samples,
             "max_new_tokens": config.rollout.max_new_tokens, "lr": config.learner.lr,
+            "mini_batch_size": config.learner.mini_batch_size, "micro_batch_size": config.learner.micro_batch_size,
+            "our_optimiser_steps_per_iteration": our_optim_steps[0],
             "learner_threads_per_actor": config.learner.threads_per_actor, **trl_info,
         },
         "measurements": {"ours_s_per_iter": our_steps, "trl_s_per_iter": trl,
-                         "ours_breakdown_per_run": [run.breakdown() for run in ours]},
+                         "ours_breakdown_per_run": [run.breakdown() for run in ours],
+                         "ours_steady_steps": [{k: v for k, v in step.items() if k.startswith("time/")}
+                                               for run in ours for step in run.steady_steps()]},
     }
-
-
-def _pooled_breakdown(runs: list[LoopRun]) -> dict[str, float]:
-    from benchmarks.training_runs import PHASES, STEP_KEY
-
-    out: dict[str, float] = {}
-    for name, key in {**PHASES, "step": STEP_KEY}.items():
-        values = [s[key] for run in runs for s in run.steady_steps() if key in s]
-        if values:
-            out[name] = statistics.median(values)
-    if "step" in out:
-        out["overhead"] = out["step"] - sum(out.get(name, 0.0) for name in PHASES)
-    return out
 
 
 # ------------------------------------------------------------------------------------------- TRL
@@ -189,20 +195,26 @@ def _run_trl(config, policy_dir, steps: int, threads: int) -> tuple[list[float],
             texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
             return [r.score for r in scorer.score(texts, [problems[i] for i in problem_index])]
 
-        args = _trl_args(config, out_dir, steps)
+        layout = _batch_layout(config)
+        args = _trl_args(config, out_dir, steps * layout["optimiser_steps_per_iteration"], layout)
         model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=dataset,
                               processing_class=tokenizer, callbacks=[clock])
         trl_ids = trainer._tokenize_prompts(prompts[:4])[0] if hasattr(trainer, "_tokenize_prompts") else None
         trainer.train()
     info = {"trl_args": {k: getattr(args, k) for k in (
-        "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "max_completion_length",
-        "temperature", "top_k", "top_p", "learning_rate", "lr_scheduler_type", "weight_decay", "adam_beta1",
-        "adam_beta2", "max_grad_norm", "beta", "epsilon", "loss_type", "scale_rewards", "top_entropy_quantile",
-        "num_iterations", "use_vllm")},
+        "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+        "max_steps", "num_generations", "max_completion_length", "temperature", "top_k", "top_p", "learning_rate",
+        "lr_scheduler_type", "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2", "max_grad_norm", "beta",
+        "epsilon", "loss_type", "scale_rewards", "top_entropy_quantile", "num_iterations", "use_vllm")},
+        "optimiser_steps_per_iteration": layout["optimiser_steps_per_iteration"],
         "prompt_ids_identical_to_ours": None if trl_ids is None else [list(a) == list(b) for a, b in
                                                                        zip(trl_ids, our_ids)]}
-    return clock.iteration_seconds(), info
+    seconds = clock.iteration_seconds(layout["optimiser_steps_per_iteration"])
+    if len(seconds) != steps:
+        raise RuntimeError(f"TRL ran {len(clock.ends)} optimiser steps, expected {steps} iterations of "
+                           f"{layout['optimiser_steps_per_iteration']}")
+    return seconds, info
 
 
 class _StepClock(TrainerCallback):
@@ -218,20 +230,40 @@ class _StepClock(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.ends.append(time.perf_counter())
 
-    def iteration_seconds(self) -> list[float]:
-        marks = [self.begin, *self.ends]
+    def iteration_seconds(self, optimiser_steps_per_iteration: int) -> list[float]:
+        """Seconds of each iteration: from the previous iteration's last optimiser step to its own last one."""
+        marks = [self.begin, *self.ends[optimiser_steps_per_iteration - 1::optimiser_steps_per_iteration]]
         return [b - a for a, b in itertools.pairwise(marks)]
 
 
-def _trl_args(config, out_dir: str, steps: int):
+def _batch_layout(config) -> dict[str, int]:
+    """TRL's batch arguments for our RL step: one generation batch of prompts_per_step × n sequences, optimiser
+    steps of mini_batch_size sequences, forward/backward passes of micro_batch_size sequences."""
+    learner = config.learner
+    sequences = config.data.prompts_per_step * config.rollout.n_samples
+    if learner.num_actors != 1 or learner.max_tokens_per_micro_batch is not None:
+        raise ValueError("vs_trl compares one learner process with fixed-size micro-batches against TRL's one process")
+    if learner.mini_batch_size % learner.micro_batch_size or sequences % learner.mini_batch_size:
+        raise ValueError(f"{sequences} sequences per step, mini-batch {learner.mini_batch_size}, micro-batch "
+                         f"{learner.micro_batch_size}: each must divide the one before")
+    return {"per_device_train_batch_size": learner.micro_batch_size,
+            "gradient_accumulation_steps": learner.mini_batch_size // learner.micro_batch_size,
+            "steps_per_generation": sequences // learner.micro_batch_size,
+            "optimiser_steps_per_iteration": sequences // learner.mini_batch_size}
+
+
+def _trl_args(config, out_dir: str, optimiser_steps: int, layout: dict[str, int]):
     from trl import GRPOConfig
 
     learner, rollout = config.learner, config.rollout
+    if learner.lr_warmup_steps:
+        raise ValueError("our side must run a constant learning rate (learner.lr_warmup_steps=0), as TRL does here")
     return GRPOConfig(
-        output_dir=out_dir, max_steps=steps, logging_steps=1, report_to="none", save_strategy="no",
+        output_dir=out_dir, max_steps=optimiser_steps, logging_steps=1, report_to="none", save_strategy="no",
         use_cpu=True, bf16=False, seed=config.training.seed, dataloader_num_workers=0,
-        per_device_train_batch_size=learner.micro_batch_size,
-        gradient_accumulation_steps=learner.mini_batch_size // learner.micro_batch_size,
+        per_device_train_batch_size=layout["per_device_train_batch_size"],
+        gradient_accumulation_steps=layout["gradient_accumulation_steps"],
+        steps_per_generation=layout["steps_per_generation"],
         num_generations=rollout.n_samples, max_completion_length=rollout.max_new_tokens,
         temperature=rollout.temperature, top_k=0, top_p=1.0,
         learning_rate=learner.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=learner.weight_decay,

@@ -1,0 +1,60 @@
+"""Fast checks of the benchmark helpers that decide what is compared with what (no engines, no Ray)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.learning_efficiency import _seed_check
+from benchmarks.training_runs import LoopRun, rl_step_shape, step_breakdown
+from orchestrator.config_loader import load_experiment
+
+vs_trl = pytest.importorskip("benchmarks.vs_trl")
+
+
+@pytest.mark.parametrize("preset", ["cpu-tiny-s", "cpu-smollm2"])
+def test_trl_layout_is_our_rl_step(preset):
+    """One TRL iteration = one generation batch of prompts × n, in the optimiser steps our learner takes."""
+    config = load_experiment(preset, list(vs_trl.PARITY_OVERRIDES))
+    layout = vs_trl._batch_layout(config)
+    shape = rl_step_shape(preset, list(vs_trl.PARITY_OVERRIDES))
+    generation_batch = layout["per_device_train_batch_size"] * layout["steps_per_generation"]
+    assert generation_batch == shape["prompts"] * shape["samples_per_prompt"]
+    assert layout["per_device_train_batch_size"] * layout["gradient_accumulation_steps"] == shape["mini_batch_size"]
+    assert layout["optimiser_steps_per_iteration"] == shape["optimiser_steps"]
+    assert config.learner.lr_warmup_steps == 0  # TRL runs a constant learning rate
+
+
+def test_trl_iteration_clock_groups_optimiser_steps():
+    clock = vs_trl._StepClock()
+    clock.begin = 0.0
+    clock.ends = [1.0, 1.5, 2.0, 2.5, 4.0, 4.5, 5.0, 5.5]  # 2 iterations of 4 optimiser steps
+    assert clock.iteration_seconds(4) == [2.5, 3.0]
+    assert clock.iteration_seconds(1) == [1.0, 0.5, 0.5, 0.5, 1.5, 0.5, 0.5, 0.5]
+
+
+def test_step_breakdown_takes_the_rest_step_by_step():
+    steps = [{"time/step": 1.0, "time/rollout": 0.5, "time/train_step_s": 0.4},
+             {"time/step": 3.0, "time/rollout": 0.5, "time/train_step_s": 2.0},
+             {"time/step": 2.0, "time/rollout": 1.5, "time/train_step_s": 0.4}]
+    out = step_breakdown(steps)
+    assert out["step"] == 2.0 and out["rollout"] == 0.5 and out["learner"] == 0.4
+    assert out["overhead"] == pytest.approx(0.1)  # rests 0.1, 0.5, 0.1 (median step − medians would be 1.1)
+    assert out["sync"] is None
+
+
+def test_loop_run_rl_seconds_sums_the_steps():
+    run = LoopRun(overrides=[], history=[{"time/step": 1.5}, {"time/step": 2.0}], final_metrics={}, wall_seconds=9.0)
+    assert run.rl_seconds == 3.5
+
+
+def test_seed_check():
+    def entry(seed, method, acc):
+        return {"seed": seed, "method": method,
+                "first_step": {"train/accuracy": acc, "reward/mean": acc, "train/response_length": 3.5}}
+
+    good = [entry(0, "none", 0.25), entry(0, "gmts", 0.25), entry(1, "none", 0.3), entry(1, "gmts", 0.3)]
+    assert [f.value for f in _seed_check(good)] == ["True", "True"]
+    same_seeds = [entry(0, "none", 0.25), entry(1, "none", 0.25)]
+    assert [f.value for f in _seed_check(same_seeds)] == ["True", "False"]
+    drift = [entry(0, "none", 0.25), entry(0, "gmts", 0.26)]
+    assert _seed_check(drift)[0].value == "False"
