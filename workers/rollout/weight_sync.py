@@ -56,21 +56,11 @@ def tensor_from_wire(item: Sequence[Any]) -> tuple[str, torch.Tensor]:
 def pack_weight_buckets(
     named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES
 ) -> list[list[WireTensor]]:
-    """Group wire tensors into buckets of at most ``bucket_bytes`` (a larger tensor travels alone)."""
-    buckets: list[list[WireTensor]] = []
-    current: list[WireTensor] = []
-    current_bytes = 0
-    for name, tensor in named_tensors:
-        wire = tensor_to_wire(name, tensor)
-        size = len(wire[3])
-        if current and current_bytes + size > bucket_bytes:
-            buckets.append(current)
-            current, current_bytes = [], 0
-        current.append(wire)
-        current_bytes += size
-    if current:
-        buckets.append(current)
-    return buckets
+    """Group wire tensors into buckets of at most ``bucket_bytes`` (a larger tensor travels alone), planned
+    like the collective route's buckets (:func:`workers.weight_broadcast.plan_buckets`)."""
+    items = list(named_tensors)
+    return [[tensor_to_wire(*items[index]) for index in bucket]
+            for bucket in weight_broadcast.plan_buckets(weight_broadcast.tensor_specs(items), bucket_bytes)]
 
 
 def send_weights_via_rpc(
