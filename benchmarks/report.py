@@ -101,13 +101,19 @@ def _memory_gib() -> float | None:
 
 
 def _git_commit() -> str | None:
-    # Read-only: rev-parse touches neither the index nor the work tree.
+    """HEAD's short hash, with "+ uncommitted changes" when tracked files differ from it."""
+    # Read-only: rev-parse touches neither the index nor the work tree, and --no-optional-locks keeps
+    # status from refreshing the index.
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "--no-optional-locks", *args], capture_output=True, text=True, timeout=10,
+                              check=False, cwd=Path(__file__).resolve().parent.parent).stdout.strip()
+
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10, check=False,
-                             cwd=Path(__file__).resolve().parent.parent)
+        commit = git("rev-parse", "--short", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return (commit + (" + uncommitted changes" if dirty else "")) if commit else None
 
 
 # -------------------------------------------------------------------------------------- rendering

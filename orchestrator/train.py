@@ -91,8 +91,8 @@ class _Workers:
         started = time.perf_counter()
         if self.weight_sync == "collective":
             ray.get(self.learners.broadcast_weights(self.bucket_bytes) + self.rollout.receive_weights())
-        else:  # in_process / bytes: the state dict goes through the object store to each engine
-            self.rollout.update_weights(self.learners.state_dict_for_inference())
+        else:  # in_process / bytes: from the learner through the object store to each engine
+            self.rollout.update_weights(self.learners.weights_for_rollout())
         return time.perf_counter() - started
 
     def shutdown(self) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from workers.host_weights import HostWeights
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine, init_process_group
@@ -66,6 +67,10 @@ class LearnerActor:
 
     def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
         return self.engine.state_dict_for_inference()
+
+    def weights_for_rollout(self) -> HostWeights:
+        """The same weights packed for the object store (empty on ranks other than 0)."""
+        return HostWeights(self.engine.state_dict_for_inference().items())
 
     def save_checkpoint(self, path: str, client_state: dict | None = None) -> None:
         self.engine.save_checkpoint(path, client_state)

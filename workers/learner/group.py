@@ -90,6 +90,13 @@ class LearnerGroup:
         """Rank 0's full HF-named weights (all ranks take part: ZeRO-3 gathers)."""
         return self._on_all("state_dict_for_inference")[0]
 
+    def weights_for_rollout(self) -> ray.ObjectRef:
+        """A reference to rank 0's weights as :class:`~workers.host_weights.HostWeights`, for
+        ``RolloutGroup.update_weights``: the engines read them from the object store, never via the driver."""
+        refs = [actor.weights_for_rollout.remote() for actor in self.actors]
+        ray.get(refs[1:])  # the other ranks only take part in the ZeRO-3 gather; wait for them, errors included
+        return refs[0]
+
     # ------------------------------------------ collective weight sync (see workers/weight_broadcast.py)
     # join_weight_sync_group and broadcast_weights return Ray ObjectRefs: they are collectives with the
     # rollout workers, so the caller must ray.get them together with the rollout side's calls.

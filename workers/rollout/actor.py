@@ -13,6 +13,7 @@ import torch
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from workers.host_weights import HostWeights
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine, RolloutSample
 
@@ -68,13 +69,16 @@ class RolloutGroup:
             samples.extend(replace(s, prompt_index=s.prompt_index + start) for s in ray.get(ref))
         return samples
 
-    def update_weights(self, state_dict: Mapping[str, torch.Tensor]) -> list[float]:
+    def update_weights(self, weights: Mapping[str, torch.Tensor] | ray.ObjectRef) -> list[float]:
         """Send the same weights to every actor; returns each actor's reload seconds.
 
-        The state dict goes into the object store once; every actor reads that one copy.
+        ``weights``: a state dict, or a reference to one already in the object store (a learner's
+        ``HostWeights``, see ``LearnerGroup.weights_for_rollout``). A state dict goes into the store once,
+        as HostWeights; every actor maps that one copy.
         """
-        state_ref = ray.put(dict(state_dict))
-        return ray.get([actor.update_weights.remote(state_ref) for actor in self.actors])
+        if not isinstance(weights, ray.ObjectRef):
+            weights = ray.put(HostWeights(weights.items()))
+        return ray.get([actor.update_weights.remote(weights) for actor in self.actors])
 
     def weight_sync_route(self) -> str:
         """How weights reach these engines ('in_process', 'bytes' or 'collective'): one config, one answer."""

@@ -31,6 +31,12 @@ class RolloutConfig(BaseModel):
         description="KV cache size on CPU, where it is required (vLLM's default reservation fails on small "
         "machines). Ignored on CUDA, where gpu_memory_utilization sizes the cache.",
     )
+    threads_per_actor: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch intra-op threads of each CPU engine (None: Ray's default, the actor's num_cpus). The "
+        "loop runs rollout and learner one after the other, so on a small CPU machine each may use every core.",
+    )
     gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
     tensor_parallel_size: int = Field(default=1, ge=1, description="GPUs per engine (CUDA only).")
     enforce_eager: bool = Field(

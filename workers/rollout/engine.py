@@ -68,6 +68,9 @@ class RolloutEngine:
             "worker_extension_cls": WORKER_EXTENSION_CLASS,
         }
         if self.on_cpu:
+            if config.threads_per_actor is not None:
+                # Before vLLM starts: its CPU worker then disables torch.set_num_threads for the process.
+                torch.set_num_threads(config.threads_per_actor)
             if config.kv_cache_memory_bytes is None:
                 raise ValueError(
                     "kv_cache_memory_bytes: required on CPU (vLLM's default reservation fails there)"

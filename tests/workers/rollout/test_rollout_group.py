@@ -9,6 +9,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
+from workers.host_weights import HostWeights
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.actor import RolloutGroup
 from workers.rollout.config import RolloutConfig
@@ -57,3 +58,29 @@ def test_weight_update_reaches_every_actor(group, tiny_model_dir):
         old_argmax = model(ids).logits[0, len(prompt) - 1 : -1].argmax(-1).tolist()
     assert new_argmax != old_argmax, "the perturbation should change the greedy path"
     assert all(s.response_ids == new_argmax for s in samples)
+
+
+@pytest.mark.slow
+def test_host_weights_cross_the_object_store_intact_and_are_mapped_not_copied(group):
+    tensors = {
+        "fp32": torch.randn(3, 5),
+        "bf16": torch.randn(4, 2).to(torch.bfloat16),  # NumPy has no bfloat16: travels as bytes
+        "int64": torch.arange(6).reshape(2, 3),
+        "strided": torch.randn(4, 6)[:, ::2],  # non-contiguous input
+        "scalar": torch.tensor(2.5),
+    }
+    packed = HostWeights(tensors.items())
+    assert len(packed) == 5 and packed.nbytes == sum(t.numel() * t.element_size() for t in tensors.values())
+
+    def read_in_actor(weights):
+        # The arrays as the reader got them: read-only means mapped from the object store's shared memory,
+        # not unpickled into a copy (what Ray does with the bytes of a plain torch tensor).
+        mapped = [not data.flags.writeable for *_, data in weights._entries]
+        return [(name, tensor.clone()) for name, tensor in weights], mapped
+
+    reader = ray.remote(read_in_actor).options(num_cpus=0)  # the engines hold both CPUs
+    returned, mapped = ray.get(reader.remote(ray.put(packed)))
+    assert [name for name, _ in returned] == list(tensors)
+    for name, tensor in returned:
+        assert tensor.dtype == tensors[name].dtype and torch.equal(tensor, tensors[name]), name
+    assert all(mapped)
