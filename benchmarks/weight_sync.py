@@ -6,8 +6,10 @@ Per model, side by side (interleaved rounds, medians):
   path: tensors handed to the worker, ``reload_weights``, prefix cache reset);
 - ``rpc_bytes``: the multi-process/CUDA route on the same engine (``send_weights_via_rpc``: tensors
   serialised to bytes in buckets, ``collective_rpc``, rebuilt and reloaded by the worker extension);
-- ``ray_group`` (full runs): what the training loop does — ``RolloutGroup.update_weights`` puts the
-  state dict in Ray's object store once and a rollout actor in another process reloads it;
+- ``ray_group`` (full runs): the training loop's route into a rollout actor in another process —
+  ``RolloutGroup.update_weights`` puts the state dict in Ray's object store once as ``HostWeights``
+  (``workers/host_weights.py``), the actor maps it without a copy and reloads (the loop itself puts it
+  from the learner actor; the driver never holds it);
 - ``clone``: ``{name: tensor.clone()}`` of the same state dict — one in-memory copy of the same bytes,
   the physical floor on this machine.
 Figures: each path's time / clone time, and the effective GB/s of each.

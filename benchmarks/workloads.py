@@ -26,7 +26,8 @@ class PresetWorkload:
 
 def preset_workload(label: str, preset: str, num_prompts: int, overrides: list[str] | None = None) -> PresetWorkload:
     """The preset's (un-warmed) model and the first ``num_prompts`` training prompts, as token ids."""
-    config = load_experiment(preset, overrides)
+    # Benchmarks run engines in their own process at its --threads; a preset's per-actor count is for actors.
+    config = load_experiment(preset, ["rollout.threads_per_actor=null", *(overrides or [])])
     model_dir = materialize_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     spec = config.data.train.model_copy(update={"limit": max(num_prompts, config.data.train.limit or 0)})

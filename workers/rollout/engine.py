@@ -69,8 +69,13 @@ class RolloutEngine:
         }
         if self.on_cpu:
             if config.threads_per_actor is not None:
-                # Before vLLM starts: its CPU worker then disables torch.set_num_threads for the process.
+                # Before vLLM starts: its CPU worker then disables torch.set_num_threads for the process,
+                # so in a process where an engine already started (not a rollout actor) this cannot apply.
                 torch.set_num_threads(config.threads_per_actor)
+                if torch.get_num_threads() != config.threads_per_actor:
+                    logger.warning("rollout.threads_per_actor=%d not applied (another vLLM engine started in "
+                                   "this process first); computing at %d threads", config.threads_per_actor,
+                                   torch.get_num_threads())
             if config.kv_cache_memory_bytes is None:
                 raise ValueError(
                     "kv_cache_memory_bytes: required on CPU (vLLM's default reservation fails there)"

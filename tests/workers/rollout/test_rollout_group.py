@@ -23,7 +23,7 @@ def group(tiny_model_dir):
     # Actors import `workers` from the repository, whether or not the package is installed.
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
-    group = RolloutGroup(tiny_model_dir, RolloutConfig(num_actors=2, max_new_tokens=8), num_cpus_per_actor=1)
+    group = RolloutGroup(tiny_model_dir, RolloutConfig(num_actors=2, max_new_tokens=8, threads_per_actor=2), num_cpus_per_actor=1)
     yield group
     group.shutdown()
     ray.shutdown()
@@ -35,6 +35,13 @@ def test_group_splits_prompts_and_keeps_their_order(group):
     assert [s.prompt_index for s in samples] == [i for i in range(len(PROMPTS)) for _ in range(3)]
     assert all(s.prompt_ids == PROMPTS[s.prompt_index] for s in samples)
     assert all(len(s.response_logprobs) == len(s.response_ids) for s in samples)
+
+
+@pytest.mark.slow
+def test_each_engine_computes_at_its_configured_threads(group):
+    # Ray would give a 1-CPU actor one thread (OMP_NUM_THREADS=1); the config asks for 2.
+    threads = ray.get([actor.__ray_call__.remote(lambda engine: torch.get_num_threads()) for actor in group.actors])
+    assert threads == [2, 2]
 
 
 @pytest.mark.slow
