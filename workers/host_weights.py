@@ -5,7 +5,7 @@ object store, out of it into the driver, into the store again (``ray.put``) and 
 5.0 s of a 18 s iteration. A NumPy array instead travels out of band, and its reader maps it from
 shared memory without a copy. So each tensor goes as a flat uint8 array (uint8: NumPy has no bfloat16)
 plus its dtype and shape, and the learner's ObjectRef goes straight to the engines, never through the
-driver (measured on this machine in `benchmarks/weight_sync.py`).
+driver (measured: `benchmarks/RESULTS.md`, vs_trl and weight_sync).
 
 The tensors rebuilt on the reader's side are views of read-only shared memory: load them (vLLM's
 ``reload_weights`` copies into its own parameters), never write to them.
