@@ -14,10 +14,26 @@ The tensors rebuilt on the reader's side are views of read-only shared memory: l
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
+
+
+def as_uint8(tensor: torch.Tensor) -> tuple[str, tuple[int, ...], np.ndarray]:
+    """(dtype name such as "bfloat16", shape, the bytes as a flat uint8 array) of a tensor; no copy for a
+    contiguous CPU tensor. Through uint8 because NumPy has no bfloat16."""
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    return str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), flat.view(torch.uint8).numpy()
+
+
+def from_uint8(dtype: str, shape: Sequence[int], data: np.ndarray) -> torch.Tensor:
+    """The tensor :func:`as_uint8` took apart, as a view of ``data`` (no copy)."""
+    with warnings.catch_warnings():
+        # Arrays read from the object store are read-only and torch warns that it cannot enforce that;
+        # callers only read them (the module docstring).
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(data).view(getattr(torch, dtype)).reshape(tuple(shape))
 
 
 class HostWeights:
@@ -28,11 +44,7 @@ class HostWeights:
     """
 
     def __init__(self, named_tensors: Iterable[tuple[str, torch.Tensor]]):
-        self._entries: list[tuple[str, str, tuple[int, ...], np.ndarray]] = []
-        for name, tensor in named_tensors:
-            flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-            dtype = str(tensor.dtype).removeprefix("torch.")
-            self._entries.append((name, dtype, tuple(tensor.shape), flat.view(torch.uint8).numpy()))
+        self._entries = [(name, *as_uint8(tensor)) for name, tensor in named_tensors]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -42,9 +54,5 @@ class HostWeights:
         return sum(data.nbytes for *_, data in self._entries)
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
-        with warnings.catch_warnings():
-            # Read from the object store the arrays are read-only; torch warns once per array that it
-            # cannot enforce that. The module docstring says why it is safe here.
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            for name, dtype, shape, data in self._entries:
-                yield name, torch.from_numpy(data).view(getattr(torch, dtype)).reshape(shape)
+        for name, dtype, shape, data in self._entries:
+            yield name, from_uint8(dtype, shape, data)

@@ -65,11 +65,8 @@ class LearnerActor:
     def train_step(self, batch: TrainBatch, step: int) -> dict[str, float]:
         return self.engine.train_step(batch, step)
 
-    def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
-        return self.engine.state_dict_for_inference()
-
     def weights_for_rollout(self) -> HostWeights:
-        """The same weights packed for the object store (empty on ranks other than 0)."""
+        """``LearnerEngine.state_dict_for_inference`` packed for the object store (empty on ranks other than 0)."""
         return HostWeights(self.engine.state_dict_for_inference().items())
 
     def save_checkpoint(self, path: str, client_state: dict | None = None) -> None:

@@ -14,7 +14,6 @@ import logging
 from pathlib import Path
 
 import ray
-import torch
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -86,13 +85,10 @@ class LearnerGroup:
             metrics[key] = max(values) if key.startswith("time/") else sum(values) / len(values)
         return metrics
 
-    def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
-        """Rank 0's full HF-named weights (all ranks take part: ZeRO-3 gathers)."""
-        return self._on_all("state_dict_for_inference")[0]
-
     def weights_for_rollout(self) -> ray.ObjectRef:
-        """A reference to rank 0's weights as :class:`~workers.host_weights.HostWeights`, for
-        ``RolloutGroup.update_weights``: the engines read them from the object store, never via the driver."""
+        """A reference to rank 0's full HF-named weights as :class:`~workers.host_weights.HostWeights`, for
+        ``RolloutGroup.update_weights``: the engines read them from the object store, never via the driver.
+        All ranks take part (ZeRO-3 gathers)."""
         refs = [actor.weights_for_rollout.remote() for actor in self.actors]
         ray.get(refs[1:])  # the other ranks only take part in the ZeRO-3 gather; wait for them, errors included
         return refs[0]

@@ -24,9 +24,11 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from workers import weight_broadcast
+from workers.host_weights import as_uint8, from_uint8
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +43,13 @@ WireTensor = tuple[str, str, list[int], bytes]
 
 
 def tensor_to_wire(name: str, tensor: torch.Tensor) -> WireTensor:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    # Through uint8 because numpy has no bfloat16.
-    data = flat.view(torch.uint8).numpy().tobytes()
-    return name, str(tensor.dtype).removeprefix("torch."), list(tensor.shape), data
+    dtype, shape, data = as_uint8(tensor)
+    return name, dtype, list(shape), data.tobytes()
 
 
 def tensor_from_wire(item: Sequence[Any]) -> tuple[str, torch.Tensor]:
     name, dtype, shape, data = item
-    raw = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return name, raw.view(getattr(torch, dtype)).reshape(shape)
+    return name, from_uint8(dtype, shape, np.frombuffer(bytearray(data), dtype=np.uint8))  # writable copy
 
 
 def pack_weight_buckets(
