@@ -20,7 +20,7 @@ def test_diagnostics_report_the_selection():
     entropy = torch.rand(4, 6, generator=g)
     mask = torch.ones(4, 6)
     sel = select_tokens(response_mask=mask, entropy=entropy, advantages=torch.ones(4), group_ids=torch.zeros(4),
-                        config=SelectionConfig(method="ets", ratio=0.25, scope="batch"))
+                        config=SelectionConfig(method="ets", ratio=0.25, scope="micro_batch"))
     metrics = selection_diagnostics(sel, mask, entropy, grad_norm=entropy * 2)
     assert metrics["selection/selected_fraction"] == pytest.approx(0.25)
     assert metrics["selection/entropy_selected"] > metrics["selection/entropy_all"]
