@@ -32,7 +32,9 @@ RECIPES: dict[str, Recipe] = {
                "get_global_entropy_top_mask, compute_policy_loss_vanilla(entropy_top_mask=...); "
                "verl/workers/actor/dp_actor.py: update_policy",
         summary="top ⌈ρ·n⌉ by entropy over each micro-batch on each rank; the policy-gradient term aggregated "
-                "over the selected tokens only; KL and entropy bonus over every response token",
+                "over the selected tokens only; KL and entropy bonus over every response token (exact under the "
+                "token-mean of its runs; under seq-mean-* its agg_loss counts answers with no selected token, "
+                "NaN for seq-mean-token-mean, which is not copied)",
     ),
     "ets-trl": Recipe(
         fields={"method": "ets", "scope": "global_micro_batch", "rule": "quantile", "apply_to": "advantage",
