@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from workers.learner.losses import PolicyLossConfig, effective_grad_coef
 
@@ -75,7 +75,7 @@ class SelectionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    recipe: str | None = Field(
+    recipe: str | None = Field(  # first: the fields below are checked against it
         None, description="A named published convention (workers.learner.recipes: ets-8020, ets-trl, ets-release, "
         "gmts-release, gmts-paper) that fixes method, scope, rule, apply_to and omega_aggregation_weight; "
         "None = set them yourself."
@@ -111,27 +111,46 @@ class SelectionConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _expand_recipe_and_reject_old_names(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
+    def _fill_fields_from_the_recipe(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("recipe") is None:
             return data
-        if data.get("scope") == "batch":
+        from workers.learner.recipes import RECIPES  # recipes are SelectionConfig data: import late
+
+        if data["recipe"] not in RECIPES:
+            return data  # the recipe field's own validator names it
+        return {**RECIPES[data["recipe"]].fields, **data}  # a field given beside it is checked below
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, recipe: str | None) -> str | None:
+        from workers.learner.recipes import RECIPES
+
+        if recipe is not None and recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {recipe!r}; known: {sorted(RECIPES)}")
+        return recipe
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _old_scope_name(cls, scope: Any) -> Any:
+        if scope == "batch":
             raise ValueError(
-                "scope: 'batch' was renamed because it ranked one micro-batch: use 'micro_batch' for that, "
+                "'batch' was renamed because it ranked one micro-batch: use 'micro_batch' for that, "
                 "'mini_batch' for one optimiser step on this rank, 'global_micro_batch' or 'global' across ranks"
             )
-        recipe = data.get("recipe")
-        if recipe is None:
-            return data
-        from workers.learner.recipes import recipe_fields  # recipes are SelectionConfig data: import late
+        return scope
 
-        fields = recipe_fields(recipe)
-        for name, value in fields.items():
-            if name in data and data[name] != value:
-                raise ValueError(
-                    f"{name}: recipe {recipe!r} fixes {name}={value!r}, got {data[name]!r} "
-                    "(drop the recipe, e.g. --set selection.recipe=null, to vary it)"
-                )
-        return {**data, **fields}
+    @field_validator(*RECIPE_FIELDS)
+    @classmethod
+    def _recipe_fixes_it(cls, value: Any, info: ValidationInfo) -> Any:
+        recipe = info.data.get("recipe")
+        if recipe is not None:
+            from workers.learner.recipes import recipe_fields
+
+            fixed = recipe_fields(recipe)[info.field_name]
+            if value != fixed:
+                raise ValueError(f"recipe {recipe!r} fixes {info.field_name}={fixed!r}, got {value!r} "
+                                 "(drop the recipe, e.g. --set selection.recipe=null, to vary it)")
+        return value
 
     @model_validator(mode="after")
     def _ratio_matches_method(self) -> SelectionConfig:
