@@ -25,7 +25,8 @@ from benchmarks.ray_session import start_local_ray
 from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop_for_seconds
 
-METHODS = ("none", "ets", "gmts")
+# ETS and GMTS in the GMTS release's published settings (workers/learner/recipes.py), as the specs run them.
+METHODS = ("none", "ets-release", "gmts-release")
 PRESET = "cpu-tiny-s"
 METRIC = "eval/arithmetic/accuracy"
 # What the first step's rollouts scored: equal within a seed (no update yet), different across seeds.
@@ -34,7 +35,7 @@ FIRST_STEP_KEYS = ("train/accuracy", "reward/mean", "train/response_length")
 
 def settings_for(smoke: bool) -> dict:
     if smoke:
-        return {"seeds": [0], "budget_seconds": 0.0, "max_steps": 2, "methods": ("none", "gmts"),
+        return {"seeds": [0], "budget_seconds": 0.0, "max_steps": 2, "methods": ("none", "gmts-release"),
                 "overrides": ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
                               "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"]}
     # The preset's RL step (128 prompts × 8, 4 optimiser steps) and eval set (300 held-out problems,
@@ -55,7 +56,9 @@ def run(smoke: bool) -> dict:
         for index, seed in enumerate(cfg["seeds"]):
             shift = index % len(methods)
             for method in methods[shift:] + methods[:shift]:
-                overrides = cfg["overrides"] + [f"selection.method={method}", f"training.seed={seed}",
+                chosen = ["selection.recipe=null", "selection.method=none"] if method == "none" else [
+                    f"selection.recipe={method}"]
+                overrides = cfg["overrides"] + chosen + [f"training.seed={seed}",
                                                 f"learner.seed={seed}"]
                 overrides += ["selection.ratio=null"] if method == "none" else ["selection.ratio=0.2", "selection.mode=top"]
                 result = run_loop_for_seconds(PRESET, overrides, cfg["budget_seconds"], cfg["max_steps"])

@@ -31,6 +31,7 @@ BENCHMARKS = (
     "rollout_throughput",
     "weight_sync",
     "selection_step",
+    "selection_scope",
     "sweep_efficiency",
     "vs_trl",
     "learning_efficiency",

@@ -27,7 +27,8 @@ LEARNER_KEYS = ("time/train_step_s", "time/forward_s", "time/selection_and_loss_
 
 
 def settings_for(smoke: bool) -> dict:
-    common = ["data.eval.arithmetic.limit=32", "selection.ratio=0.2"]
+    # Plain methods at the preset's population (scope group): the preset's recipe is cleared.
+    common = ["data.eval.arithmetic.limit=32", "selection.recipe=null", "selection.scope=group", "selection.ratio=0.2"]
     if smoke:  # two runs: every train() pays its actors' start-up (tens of seconds on 2 cores)
         return {"steps": 2, "rounds": 1, "methods": ("none", "gmts_exact"),
                 "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",

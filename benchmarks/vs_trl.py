@@ -2,8 +2,9 @@
 
 Same policy (the preset's model after its cached supervised warm-up), same training prompts, same
 generations per prompt, same max completion length, same sampling (temperature, top-k off, top-p 1),
-same ETS top-20 % (TRL: ``top_entropy_quantile=0.2``; ours: ``selection.method=ets, ratio=0.2,
-scope=batch, apply_to=advantage`` — TRL masks the policy-gradient term and keeps the denominator),
+same ETS top-20 % (TRL: ``top_entropy_quantile=0.2``; ours: the ``ets-trl`` recipe, ratio 0.2 — TRL's
+quantile threshold over the gathered micro-batch, ties kept; it masks the policy-gradient term and keeps
+the denominator),
 same loss (DAPO token-mean aggregation = TRL's default ``loss_type="dapo"``; no KL = TRL's default
 ``beta=0``; clip ε 0.2), same advantages (group-std-normalised = ``scale_rewards="group"``), same
 optimiser (AdamW, the preset's lr/betas/weight decay, grad-norm clip, constant schedule: our side is
@@ -72,7 +73,7 @@ def scales(smoke: bool) -> list[Scale]:
 
 # Our side of the parity (see the module docstring); TRL's side is in _trl_args.
 PARITY_OVERRIDES = (
-    "selection.method=ets", "selection.ratio=0.2", "selection.scope=batch", "selection.apply_to=advantage",
+    "selection.recipe=ets-trl", "selection.ratio=0.2",
     "algorithm.loss.kl_coef=0", "algorithm.loss.loss_agg=token-mean", "algorithm.loss.clip_low=0.2",
     "algorithm.loss.clip_high=0.2", "algorithm.advantage_estimator=grpo", "algorithm.dynamic_sampling=false",
     "algorithm.overlong.enabled=false", "learner.ppo_epochs=1", "learner.lr_warmup_steps=0",

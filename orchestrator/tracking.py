@@ -29,9 +29,11 @@ MAX_PARAM_CHARS = 6000
 def grid_params(config: ExperimentConfig) -> dict[str, str]:
     """The short, stable names a sweep's ablation grid is compared by in the MLflow UI."""
     return {
-        "method": config.selection.method,
+        "method": config.selection.label,  # a reference recipe's name (ets-release), else the method
         "ratio": "" if config.selection.ratio is None else str(config.selection.ratio),
         "mode": config.selection.mode,
+        "scope": config.selection.scope,
+        "denominator": config.selection.denominator,
         "model_size": config.model.size_label,
         "algorithm": config.algorithm.name,
         "seed": str(config.training.seed),

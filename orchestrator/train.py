@@ -1,6 +1,6 @@
 """One RLVR training run as a Ray program.
 
-    python -m orchestrator.train --config cpu-tiny-s [--set selection.method=gmts …] [--resume]
+    python -m orchestrator.train --config cpu-tiny-s [--set selection.recipe=ets-release …] [--resume]
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m orchestrator.train …
 
 One step, as data (docs/architecture.md):
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestrator.train", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="preset name (e.g. cpu-tiny-s) or YAML file")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field, e.g. --set selection.method=gmts (repeatable)")
+                        help="override a config field, e.g. --set selection.recipe=ets-release (repeatable)")
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
     args = parser.parse_args(argv)

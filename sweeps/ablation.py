@@ -1,9 +1,12 @@
 """The ablation table: final metrics aggregated over seeds, with GMTS's Δ over ETS.
 
-One *cell* per (model_size, algorithm, method, mode, ratio, benchmark, metric): the mean and the
-sample standard deviation (ddof = 1; None with a single seed) over the seeds that finished, and,
-for the GMTS methods, Δ = mean(GMTS) − mean(ETS) at the same model size, algorithm, mode, ratio
-and benchmark, as in the paper's tables. Values stay in the metric's own units (fractions).
+One *cell* per (model_size, algorithm, method, scope, denominator, mode, ratio, benchmark, metric):
+the mean and the sample standard deviation (ddof = 1; None with a single seed) over the seeds that
+finished, and, for the GMTS methods, Δ = mean(GMTS) − mean(ETS) at the same model size, algorithm,
+mode, ratio and benchmark, as in the paper's tables. ``method`` is a reference recipe's name when the
+trial ran one (ets-release, gmts-release, …). A GMTS recipe is compared with its partner recipe
+(:data:`DELTA_PARTNERS`: the paper's own setting); a plain GMTS method with plain ETS at the same
+scope and denominator (a matched-scope pair: "which score", not "which population"). Values stay in the metric's own units (fractions).
 These cells are what ``GET /v1/sweeps/{id}/results`` serves; the Markdown/HTML/terminal views
 (:mod:`sweeps.table_views`) are built from them.
 """
@@ -17,8 +20,11 @@ from pydantic import BaseModel
 
 from sweeps.results import EVAL_METRIC, SweepRuns, TrialPoint
 
-METHOD_ORDER = ("none", "ets", "gmts", "gmts_exact", "random")
-GMTS_METHODS = ("gmts", "gmts_exact")
+METHOD_ORDER = ("none", "ets-8020", "ets-trl", "ets-release", "ets", "gmts-release", "gmts-paper", "gmts",
+                "gmts_exact", "random")
+GMTS_METHODS = ("gmts", "gmts_exact", "gmts-release", "gmts-paper")
+# GMTS recipe → the ETS recipe it is compared with (Δ); plain GMTS methods compare with plain 'ets'.
+DELTA_PARTNERS = {"gmts-release": "ets-release", "gmts-paper": "ets-release"}
 MODE_ORDER = (None, "top", "bottom")
 
 
@@ -26,6 +32,8 @@ class Cell(BaseModel):
     model_size: str
     algorithm: str
     method: str
+    scope: str | None = None
+    denominator: str | None = None
     mode: str | None
     ratio: float | None
     benchmark: str
@@ -64,7 +72,8 @@ def ablation(runs: SweepRuns) -> AblationResults:
         for key, value in trial.final.items():
             match = EVAL_METRIC.match(key)
             assert match is not None  # TrialRecord.final holds eval metrics only
-            point = (p.model_size, p.algorithm, p.method, p.mode, p.ratio, match["benchmark"], match["metric"])
+            point = (p.model_size, p.algorithm, p.method, p.scope, p.denominator, p.mode, p.ratio,
+                     match["benchmark"], match["metric"])
             groups[point].append((p.seed, value))
     cells = [_cell(point, values) for point, values in groups.items()]
     _add_deltas(cells)
@@ -84,12 +93,14 @@ def ablation(runs: SweepRuns) -> AblationResults:
 
 
 def _cell(point: tuple, values: list[tuple[int | None, float]]) -> Cell:
-    model_size, algorithm, method, mode, ratio, benchmark, metric = point
+    model_size, algorithm, method, scope, denominator, mode, ratio, benchmark, metric = point
     numbers = [v for _, v in values]
     return Cell(
         model_size=model_size,
         algorithm=algorithm,
         method=method,
+        scope=scope,
+        denominator=denominator,
         mode=mode,
         ratio=ratio,
         benchmark=benchmark,
@@ -102,14 +113,19 @@ def _cell(point: tuple, values: list[tuple[int | None, float]]) -> Cell:
 
 
 def _add_deltas(cells: list[Cell]) -> None:
-    ets = {_comparison_key(c): c.mean for c in cells if c.method == "ets"}
+    ets = {_comparison_key(c, c.method): c.mean for c in cells if c.method.startswith("ets")}
     for cell in cells:
-        if cell.method in GMTS_METHODS and _comparison_key(cell) in ets:
-            cell.delta_vs_ets = cell.mean - ets[_comparison_key(cell)]
+        if cell.method in GMTS_METHODS:
+            key = _comparison_key(cell, DELTA_PARTNERS.get(cell.method, "ets"))
+            if key in ets:
+                cell.delta_vs_ets = cell.mean - ets[key]
 
 
-def _comparison_key(cell: Cell) -> tuple:
-    return (cell.model_size, cell.algorithm, cell.mode, cell.ratio, cell.benchmark, cell.metric)
+def _comparison_key(cell: Cell, ets_method: str) -> tuple:
+    # Recipes fix their own populations; plain methods are compared at the same scope and denominator.
+    population = () if ets_method != "ets" else (cell.scope, cell.denominator)
+    return (ets_method, *population, cell.model_size, cell.algorithm, cell.mode, cell.ratio, cell.benchmark,
+            cell.metric)
 
 
 def method_rank(method: str) -> tuple[int, str]:
@@ -125,6 +141,8 @@ def _cell_order(cell: Cell) -> tuple:
         cell.model_size,
         cell.algorithm,
         method_rank(cell.method),
+        cell.scope or "",
+        cell.denominator or "",
         mode_rank(cell.mode),
         -1.0 if cell.ratio is None else cell.ratio,
         cell.benchmark,

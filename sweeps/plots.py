@@ -20,7 +20,9 @@ from matplotlib.colors import to_rgb
 
 from sweeps.ablation import AblationResults, method_rank
 
-METHOD_COLORS = {"none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange", "random": "tab:green"}
+METHOD_COLORS = {"none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange", "random": "tab:green",
+                 "ets-release": "tab:cyan", "ets-8020": "tab:olive", "ets-trl": "tab:gray", "gmts-release": "tab:pink",
+                 "gmts-paper": "tab:brown"}
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError, model_validator
 from rich.console import Console
 
 from sweeps import plots
-from sweeps.ablation import AblationResults, ablation
+from sweeps.ablation import GMTS_METHODS, AblationResults, ablation
 from sweeps.results import SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
 from sweeps.table_views import LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_rich, wide_tables
 from sweeps.tracking import default_tracking_uri
@@ -121,7 +121,7 @@ def learning_curves(client: MlflowClient, runs: SweepRuns) -> list[plots.Curve]:
 
 def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]) -> list[Path]:
     # Prefer a GMTS trial's batch (the paper's figure); any trial's batch shows the same relation.
-    for trial in sorted(runs.trials, key=lambda t: t.point.method not in ("gmts", "gmts_exact")):
+    for trial in sorted(runs.trials, key=lambda t: t.point.method not in GMTS_METHODS):
         listed = {a.path for a in client.list_artifacts(trial.run_id, TOKEN_STATS_ARTIFACT.rsplit("/", 1)[0])}
         if TOKEN_STATS_ARTIFACT not in listed:
             continue

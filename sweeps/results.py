@@ -1,7 +1,8 @@
 """Read a sweep back from MLflow alone: its parent run, its trials' grid points and final metrics.
 
 A trial's grid point comes from the short params ``orchestrator.train`` logs on every run
-(``method, ratio, mode, model_size, algorithm, seed``), falling back to the flattened config keys.
+(``method, scope, denominator, ratio, mode, model_size, algorithm, seed``), falling back to the flattened
+config keys. ``method`` is a reference recipe's name when the trial ran one.
 The full-token baseline (``method=none``) has no ratio and no mode, whatever its config says.
 """
 
@@ -24,6 +25,8 @@ PARAM_SOURCES: dict[str, tuple[str, ...]] = {
     "method": ("method", "selection.method"),
     "ratio": ("ratio", "selection.ratio"),
     "mode": ("mode", "selection.mode"),
+    "scope": ("scope", "selection.scope"),
+    "denominator": ("denominator",),
     "model_size": ("model_size", "model.size"),
     "algorithm": ("algorithm", "algorithm.name"),
     "seed": ("seed", "training.seed"),
@@ -42,6 +45,8 @@ class TrialPoint(BaseModel):
     method: str
     ratio: float | None = None
     mode: str | None = None
+    scope: str | None = None  # the ranking population (None for the baseline)
+    denominator: str | None = None  # 'all' or 'selected': what the policy-gradient term is normalised by
     model_size: str = "-"
     algorithm: str = "-"
     seed: int | None = None
@@ -135,6 +140,8 @@ def _point(params: dict[str, str]) -> TrialPoint:
         method=method,
         ratio=None if baseline or _is_null(raw["ratio"]) else float(raw["ratio"]),
         mode=None if baseline or _is_null(raw["mode"]) else raw["mode"],
+        scope=None if baseline or _is_null(raw["scope"]) else raw["scope"],
+        denominator=None if baseline or _is_null(raw["denominator"]) else raw["denominator"],
         model_size=raw["model_size"] if not _is_null(raw["model_size"]) else "-",
         algorithm=raw["algorithm"] if not _is_null(raw["algorithm"]) else "-",
         seed=None if _is_null(raw["seed"]) else int(raw["seed"]),

@@ -18,19 +18,24 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError, apply_overrides, read_config_dict, validate
-from workers.learner.selection import SelectionMethod
+from workers.learner.recipes import RECIPES, recipe_fields
+from workers.learner.selection import DENOMINATORS, SelectionMethod, SelectionScope
 
 SPEC_PACKAGE = "sweeps.specs"
 
-# Grid axis → the config field it sets (model_size picks the experiment preset instead).
+# Grid axis → the config field it sets (model_size picks the experiment preset instead; method may
+# also name a reference recipe, see _selection_overrides; denominator sets selection.apply_to).
 AXIS_FIELDS: dict[str, str] = {
-    "method": "selection.method",
     "ratio": "selection.ratio",
     "mode": "selection.mode",
+    "scope": "selection.scope",
     "algorithm": "algorithm.name",
     "seed": "training.seed",
 }
-AXES = ("method", "ratio", "mode", "model_size", "algorithm", "seed")
+AXES = ("method", "scope", "denominator", "ratio", "mode", "model_size", "algorithm", "seed")
+# The full-token baseline selects nothing: these axes do not apply to it (one trial, not one per value).
+SELECTION_ONLY_AXES = ("ratio", "mode", "scope", "denominator")
+APPLY_TO_OF_DENOMINATOR = {denominator: apply_to for apply_to, denominator in DENOMINATORS.items()}
 
 
 class _Strict(BaseModel):
@@ -45,12 +50,27 @@ class BaseExperiment(_Strict):
 
 
 class GridAxes(_Strict):
-    method: list[SelectionMethod] | None = None
+    method: list[str] | None = Field(
+        None, description="Selection methods (none, ets, gmts, gmts_exact, random) or reference recipes "
+        "(ets-8020, ets-trl, ets-release, gmts-release, gmts-paper).")
+    scope: list[SelectionScope] | None = Field(None, description="Ranking populations (not with a recipe, which fixes it).")
+    denominator: list[Literal["all", "selected"]] | None = Field(
+        None, description="What the policy-gradient term is normalised by: all response tokens "
+        "(apply_to=advantage) or the selected ones (apply_to=loss); not with a recipe.")
     ratio: list[float] | None = None
     mode: list[Literal["top", "bottom"]] | None = None
     model_size: list[str] | None = Field(None, description="Experiment preset names, one per model size.")
     algorithm: list[Literal["grpo", "dapo"]] | None = None
     seed: list[int] | None = None
+
+    @field_validator("method")
+    @classmethod
+    def _known_methods(cls, methods: list[str] | None) -> list[str] | None:
+        known = list(SelectionMethod.__args__) + sorted(RECIPES)
+        for index, method in enumerate(methods or []):
+            if method not in known:
+                raise ValueError(f"method[{index}]={method!r} is neither a method nor a recipe; known: {known}")
+        return methods
 
     @field_validator("ratio")
     @classmethod
@@ -107,8 +127,11 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
     unique: list[dict[str, Any]] = []
     for point in points:
         if point.get("method") == "none":
-            # The full-token baseline has no ratio or mode: one trial, not one per ratio/mode.
-            point = {k: v for k, v in point.items() if k not in ("ratio", "mode")}
+            # The full-token baseline has no ratio, mode, scope or denominator: one trial, not one per value.
+            point = {k: v for k, v in point.items() if k not in SELECTION_ONLY_AXES}
+        elif point.get("method") in RECIPES:
+            # A recipe fixes its scope and denominator: one trial, not one per value of those axes.
+            point = {k: v for k, v in point.items() if k not in ("scope", "denominator")}
         if point not in unique and not any(_matches(point, rule) for rule in spec.exclude):
             unique.append(point)
     return unique
@@ -142,9 +165,8 @@ def expand(spec: SweepSpec, output_dir: Path | None = None) -> list[Trial]:
     for index, point in enumerate(grid_points(spec)):
         preset = point.get("model_size", spec.base.preset)
         overrides = [f"{key}={json.dumps(value)}" for key, value in _dotted(spec.base.overrides).items()]
+        overrides += _selection_overrides(point)
         overrides += [f"{AXIS_FIELDS[axis]}={json.dumps(value)}" for axis, value in point.items() if axis in AXIS_FIELDS]
-        if point.get("method") == "none":
-            overrides.append("selection.ratio=null")  # the baseline has no ratio, whatever the preset holds
         name = f"{spec.name}-t{index:03d}"
         overrides += [f"name={name}", f"tracking.experiment={json.dumps(spec.experiment)}"]
         if output_dir is not None:
@@ -160,6 +182,23 @@ def expand(spec: SweepSpec, output_dir: Path | None = None) -> list[Trial]:
     if not trials:
         raise ConfigError("grid: the spec expands to no trial (every point excluded?)")
     return trials
+
+
+def _selection_overrides(point: dict[str, Any]) -> list[str]:
+    """The method axis: a recipe sets itself and every field it fixes (replacing what the preset says);
+    a plain method clears the preset's recipe. The denominator axis sets selection.apply_to."""
+    overrides = []
+    method = point.get("method")
+    if method in RECIPES:
+        overrides.append(f"selection.recipe={json.dumps(method)}")
+        overrides += [f"selection.{name}={json.dumps(value)}" for name, value in recipe_fields(method).items()]
+    elif method is not None:
+        overrides += ["selection.recipe=null", f"selection.method={json.dumps(method)}"]
+    if method == "none":
+        overrides.append("selection.ratio=null")  # the baseline has no ratio, whatever the preset holds
+    if "denominator" in point:
+        overrides.append(f"selection.apply_to={json.dumps(APPLY_TO_OF_DENOMINATOR[point['denominator']])}")
+    return overrides
 
 
 def spec_names() -> list[str]:

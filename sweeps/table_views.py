@@ -1,7 +1,7 @@
 """Paper-style views of the ablation cells: CSV (long, numeric), Markdown, HTML and rich tables.
 
-Wide layout, one table per (model size, algorithm): rows = method × mode, columns = ratio ×
-benchmark, cells ``mean ± std (Δ)`` in percent. The full-token baseline (method ``none``) has no
+Wide layout, one table per (model size, algorithm): rows = method × mode, the method labelled with
+its scope and denominator (``ets-release [mini_batch, ÷all]``), columns = ratio × benchmark, cells ``mean ± std (Δ)`` in percent. The full-token baseline (method ``none``) has no
 ratio: its numbers are repeated under every ratio, as the reference line of each column.
 """
 
@@ -27,7 +27,7 @@ class WideTable:
     algorithm: str
     metric: str
     columns: list[tuple[str, str]]  # (ratio label, benchmark)
-    rows: list[tuple[str, str, list[str]]]  # (method, mode label, one text per column)
+    rows: list[tuple[str, str, list[str]]]  # (method label, mode label, one text per column)
 
     @property
     def title(self) -> str:
@@ -56,16 +56,25 @@ def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str)
     ratio_labels = [f"{r:g}" for r in ratios] or [ALL_TOKENS]
     benchmarks = sorted({c.benchmark for c in cells})
     columns = [(label, b) for label in ratio_labels for b in benchmarks]
-    by_point = {(c.method, c.mode, None if c.ratio is None else f"{c.ratio:g}", c.benchmark): c for c in cells}
-    row_keys = sorted({(c.method, c.mode) for c in cells}, key=lambda k: (method_rank(k[0]), mode_rank(k[1])))
+    by_point = {(_row_label(c), c.mode, None if c.ratio is None else f"{c.ratio:g}", c.benchmark): c for c in cells}
+    row_keys = sorted({(_row_label(c), c.method, c.mode) for c in cells},
+                      key=lambda k: (method_rank(k[1]), k[0], mode_rank(k[2])))
     rows = []
-    for method, mode in row_keys:
+    for row, _, mode in row_keys:
         texts = []
         for label, benchmark in columns:
-            cell = by_point.get((method, mode, label, benchmark)) or by_point.get((method, mode, None, benchmark))
+            cell = by_point.get((row, mode, label, benchmark)) or by_point.get((row, mode, None, benchmark))
             texts.append(format_cell(cell))
-        rows.append((method, mode or "—", texts))
+        rows.append((row, mode or "—", texts))
     return WideTable(model_size, algorithm, metric, columns, rows)
+
+
+def _row_label(cell: Cell) -> str:
+    """The method (a recipe's name, e.g. ets-release) with the population it ranked and what the
+    policy-gradient term is normalised by: ``ets-release [mini_batch, ÷all]``."""
+    if cell.scope is None and cell.denominator is None:
+        return cell.method
+    return f"{cell.method} [{cell.scope or '?'}, ÷{cell.denominator or '?'}]"
 
 
 def to_markdown(results: AblationResults, tables: list[WideTable]) -> str:
@@ -119,7 +128,7 @@ def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
     return views
 
 
-CSV_FIELDS = ("model_size", "algorithm", "method", "mode", "ratio", "benchmark", "metric", "mean", "std", "n",
+CSV_FIELDS = ("model_size", "algorithm", "method", "scope", "denominator", "mode", "ratio", "benchmark", "metric", "mean", "std", "n",
               "delta_vs_ets", "seeds")
 
 

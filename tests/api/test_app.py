@@ -204,6 +204,12 @@ def test_ratio_out_of_range(client) -> None:
          "overrides.selection.ratio", "less than or equal to 1", path="/v1/runs")
 
 
+def test_old_scope_name_is_refused_naming_the_new_ones(client) -> None:
+    _bad(client, sweep_body(grid={"method": ["ets"], "scope": ["batch"]}), 422, "body.grid.scope")
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"selection.recipe": None, "selection.scope": "batch"}}, 422,
+         "overrides.selection.scope", "'batch' was renamed", "micro_batch", path="/v1/runs")
+
+
 def test_unknown_fields_are_rejected_by_name(client) -> None:
     _bad(client, sweep_body(colour="blue"), 422, "body.colour", "Extra inputs are not permitted")
     _bad(client, sweep_body(base={"preset": "cpu-tiny-s", "overides": {}}), 422, "body.base.overides")

@@ -51,7 +51,9 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
     run = client.get_run(full.run_id)
     assert run.info.status == "FINISHED"
     params = run.data.params
-    assert (params["method"], params["ratio"], params["model_size"], params["algorithm"]) == ("gmts", "0.2", "tiny-s", "grpo")
+    assert (params["method"], params["ratio"], params["model_size"], params["algorithm"]) == (
+        "gmts-release", "0.2", "tiny-s", "grpo")  # the preset's recipe, by name
+    assert (params["scope"], params["denominator"], params["selection.method"]) == ("group", "all", "gmts")
     assert params["selection.scope"] == "group" and params["learner.zero_stage"] == "0"
     assert [r.step for r in reports] == [1, 2, 3, 4] and reports[1].checkpoint_dir is not None
     assert set(full.final_metrics) >= {"eval/arithmetic/accuracy", "eval/arithmetic/pass_at_1"}

@@ -127,7 +127,8 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
     assert "unit-t099 (FAILED)" in markdown
 
     rows = (folder / "ablation.csv").read_text().splitlines()
-    assert rows[0].startswith("model_size,algorithm,method,mode,ratio,benchmark,metric,mean,std,n,delta_vs_ets")
+    assert rows[0].startswith("model_size,algorithm,method,scope,denominator,mode,ratio,benchmark,metric,mean,std,n,"
+                              "delta_vs_ets")
     assert len(rows) == 1 + len(read_json(folder / "ablation.json")["cells"])
     assert "<th colspan='2'>ρ = 0.2</th>" in (folder / "ablation.html").read_text()
 

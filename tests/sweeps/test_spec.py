@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 import ray
+from pydantic import ValidationError
 
 from orchestrator.config_loader import ConfigError
 from sweeps import run as sweep_cli
-from sweeps.spec import expand, grid_points, load_spec, spec_names
+from sweeps.spec import SweepSpec, expand, grid_points, load_spec, spec_names
 
 CPU_SPECS = ("cpu-demo", "cpu-ablation")
 
@@ -108,13 +109,18 @@ def test_shipped_cpu_specs_expand(name: str) -> None:
     assert name in spec_names()
     trials = expand(load_spec(name))
     methods = {t.point["method"] for t in trials}
-    assert {"none", "ets", "gmts"} <= methods
+    assert {"none", "ets-release", "gmts-release"} <= methods  # the paper's own setting
+    for trial in trials:  # every ETS/GMTS trial names its convention: a recipe, or a matched-scope pair
+        selection = trial.config.selection
+        assert selection.recipe is not None or selection.method == "none" or trial.point.get("scope") == "group"
 
 
 def test_cpu_ablation_grid_size() -> None:
     trials = expand(load_spec("cpu-ablation"))
-    # (1 baseline + 2 methods × 9 ratios × 2 modes) × 2 sizes × 2 algorithms × 2 seeds
-    assert len(trials) == (1 + 2 * 9 * 2) * 2 * 2 * 2
+    # (1 baseline + 4 methods × 9 ratios × 2 modes) × 2 sizes × 2 algorithms × 2 seeds
+    assert len(trials) == (1 + 4 * 9 * 2) * 2 * 2 * 2
+    pair = {t.config.selection.method: t.config.selection for t in trials if t.point["method"] in ("ets", "gmts")}
+    assert pair["ets"].scope == pair["gmts"].scope == "group" and pair["ets"].apply_to == pair["gmts"].apply_to
     assert {t.config.model.size_label for t in trials} == {"tiny-s", "tiny-m"}
     assert {t.config.algorithm.name for t in trials} == {"grpo", "dapo"}
 
@@ -158,3 +164,25 @@ def test_gpu_spec_without_the_model_root_names_the_field(monkeypatch: pytest.Mon
     monkeypatch.delenv("GMTS_MODELS_DIR", raising=False)
     with pytest.raises(ConfigError, match=r"(?s)trial 0 .*model\.path"):
         expand(load_spec("paper-math"))
+
+
+def test_recipe_method_sets_every_field_it_fixes_and_drops_scope_axes(tmp_path) -> None:
+    spec = SweepSpec(name="r", base={"preset": "cpu-tiny-s"},
+                     grid={"method": ["none", "ets-8020", "ets"], "scope": ["group", "mini_batch"],
+                           "denominator": ["all", "selected"], "ratio": [0.2]})
+    trials = expand(spec)
+    points = [t.point for t in trials]
+    # none: one trial; the recipe: one (it fixes scope and denominator); plain ets: 2 scopes × 2 denominators
+    assert [p["method"] for p in points] == ["none", "ets-8020"] + ["ets"] * 4
+    recipe = trials[1].config.selection
+    assert (recipe.recipe, recipe.scope, recipe.apply_to, recipe.label) == ("ets-8020", "micro_batch", "loss", "ets-8020")
+    plain = {(t.config.selection.scope, t.config.selection.apply_to) for t in trials[2:]}
+    assert plain == {("group", "advantage"), ("group", "loss"), ("mini_batch", "advantage"), ("mini_batch", "loss")}
+    assert all(t.config.selection.recipe is None for t in trials[2:])  # the preset's recipe is cleared
+
+
+def test_unknown_method_or_scope_names_the_axis() -> None:
+    with pytest.raises(ValidationError, match="method.*ets-8021"):
+        SweepSpec(name="r", base={"preset": "cpu-tiny-s"}, grid={"method": ["ets-8021"]})
+    with pytest.raises(ValidationError, match="scope"):
+        SweepSpec(name="r", base={"preset": "cpu-tiny-s"}, grid={"scope": ["batch"]})

@@ -1,4 +1,15 @@
-"""Selection diagnostics the sweeps log: what was selected, and does entropy track G?
+"""Selection diagnostics the sweeps log: what was selected, why two methods differ, and does entropy track G?
+
+Per step (averaged over micro-batches), with w_t the token's weight in the policy-gradient term
+(its aggregation weight over the tokens that term is normalised by, 0 if unselected):
+- ``selection/zero_advantage_share``: share of the selected tokens with A = 0 (budget spent on tokens
+  that cannot move the policy);
+- ``selection/net_signed_weight``: Σ w·A / Σ w·|A| over the selected tokens, in [−1, 1]: 0 when the
+  selection pushes up and down equally, +1 when it only reinforces;
+- ``selection/mean_abs_advantage``: mean |A| of the selected tokens;
+- ``selection/entropy_selected`` vs ``selection/entropy_all``;
+- ``selection/decile_{0..9}``: the selected share of the tokens in each tenth of the answer
+  (position j of an answer of n tokens is in decile ⌊10 j / n⌋).
 
 The GMTS paper motivates its score by the observation that within one answer, token entropy
 ranks tokens almost as the exact logits-gradient norm G does; :func:`within_answer_spearman`
@@ -9,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from workers.learner.losses import ClipMasks
+from workers.learner.losses import ClipMasks, aggregation_weights
 from workers.learner.selection import Selection
 
 SCORE_QUANTILES = (0.1, 0.5, 0.9)
@@ -21,6 +32,9 @@ def selection_diagnostics(
     entropy: torch.Tensor,
     grad_norm: torch.Tensor | None = None,
     clip: ClipMasks | None = None,
+    advantages: torch.Tensor | None = None,
+    loss_agg: str = "token-mean",
+    apply_to: str = "advantage",
 ) -> dict[str, float]:
     mask = response_mask.bool()
     n_tokens = int(mask.sum())
@@ -41,7 +55,42 @@ def selection_diagnostics(
             metrics[f"loss/clip_fraction_{name}"] = float((clipped & mask).sum()) / max(n_tokens, 1)
     if grad_norm is not None:
         metrics["selection/spearman_entropy_gradnorm"] = within_answer_spearman(entropy, grad_norm, mask)
+    if advantages is not None:
+        metrics.update(advantage_diagnostics(chosen, mask, advantages, loss_agg, apply_to))
+    metrics.update(position_deciles(chosen, mask))
     return metrics
+
+
+def advantage_diagnostics(chosen: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, loss_agg: str,
+                          apply_to: str) -> dict[str, float]:
+    """Which advantages the selection spends its policy-gradient weight on (see the module docstring)."""
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(mask)
+    advantages = advantages.double()
+    n_chosen = int(chosen.sum())
+    if n_chosen == 0:
+        return {}
+    normalised_over = chosen if apply_to == "loss" else mask
+    weights = aggregation_weights(normalised_over.double(), loss_agg).double() * chosen
+    signed, absolute = float((weights * advantages).sum()), float((weights * advantages.abs()).sum())
+    return {
+        "selection/zero_advantage_share": float((chosen & (advantages == 0)).sum()) / n_chosen,
+        "selection/net_signed_weight": signed / absolute if absolute > 0 else float("nan"),
+        "selection/mean_abs_advantage": float(advantages.abs()[chosen].mean()),
+    }
+
+
+def position_deciles(chosen: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """Selected share of the tokens in each tenth of their answer (NaN for a decile without tokens)."""
+    lengths = mask.sum(-1, keepdim=True).clamp_min(1)
+    column = torch.arange(mask.shape[1], device=mask.device)[None].expand_as(mask)
+    decile = torch.div(10 * column, lengths, rounding_mode="floor").clamp_max(9)
+    out = {}
+    for d in range(10):
+        at = mask & (decile == d)
+        n = int(at.sum())
+        out[f"selection/decile_{d}"] = float((chosen & at).sum()) / n if n else float("nan")
+    return out
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

@@ -8,11 +8,17 @@ One RL update, per rank (``train_step``):
             ONE forward  → logits at the response positions only         (batch.response_logits)
                          → logp (with grad), entropy, G                   (token_stats_from_logits)
             select_tokens(...)                                            (selection.py)
+              (scope mini_batch/global with several micro-batches: selected beforehand, see below)
             ppo_clip_loss(..., pg_mask / loss_mask from the selection)    (losses.py)
             backward; the optimiser steps at the mini-batch boundary      (DeepSpeed)
 
 The token scores come from the same forward pass that carries the gradient — no extra no-grad
-pass per mini-batch (the released GMTS code spends one). ``old_logp`` (π_old) must come with the
+pass per mini-batch (the released GMTS code spends one) — except for ``scope`` ``mini_batch`` or
+``global`` when a mini-batch has several micro-batches: an exact threshold over the optimiser step
+needs every token's score before the first backward, so the learner then runs one no-grad forward
+per micro-batch first (``schedule.needs_scoring_pass``; the weights do not change inside a step,
+so the scores are those the training forward would compute). That pass costs about one forward of
+the mini-batch (time/selection_scoring_s; benchmarks/selection_step.py measures it). ``old_logp`` (π_old) must come with the
 batch — from :meth:`LearnerEngine.compute_reference_stats` or the rollout's sampling logprobs —
 except in the strictly on-policy case (one epoch, one mini-batch), where π_old = π exactly and the
 current logp (detached) is used.
@@ -26,12 +32,14 @@ gradients over ranks. The accumulated gradient is then exactly the gradient of t
 over the whole mini-batch on all ranks (for ``seq-mean-token-sum-norm`` the constant length is the
 batch's T when the config leaves it unset, so trimming micro-batches does not change it). With
 ``apply_to='loss'`` the aggregation counts *selected* tokens, which are only known after each
-micro-batch's forward; the weights still use response-token counts, which is exact when every
-micro-batch keeps the same fraction of its tokens (ets/random: ⌈ρ·n⌉ per population) and close
-otherwise. The same weights make token-budget micro-batches (``max_tokens_per_micro_batch``) exact:
+micro-batch's forward. The policy-gradient term is then weighted by selected-token units
+instead, exact whenever the whole mini-batch's selection is known before its first backward
+(scopes mini_batch/global, or a mini-batch of one micro-batch); for group/micro_batch scopes with
+several micro-batches it uses response-token units, exact when every micro-batch keeps the same
+fraction of its tokens. The KL and entropy terms always cover every response token. The same weights make token-budget micro-batches (``max_tokens_per_micro_batch``) exact:
 however a mini-batch is cut, the weighted micro-batch losses add up to the one mini-batch aggregate
-(``scope='group'`` selection sees whole groups either way; ``scope='batch'`` ranks per micro-batch, so
-it depends on the cut by definition).
+(``scope='group'`` selection sees whole groups either way; ``scope='micro_batch'`` ranks per
+micro-batch, so it depends on the cut by definition; ``mini_batch``/``global`` do not).
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from workers.learner.batch import ResponseIndex, TrainBatch, response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
+from workers.learner.schedule import loss_units, needs_scoring_pass, row_spans, stack_rows
 from workers.learner.selection import Selection, SelectionConfig, select_tokens
 from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
 from workers.weight_broadcast import WeightBroadcastGroup, send_weights
@@ -263,12 +272,19 @@ class LearnerEngine:
                 tokens["real"] += int(micro.attention_mask.sum())
             for mini_index, micros in enumerate(schedule):
                 aggregate: dict[str, float] = defaultdict(float)
+                seeds = (step, epoch, mini_index)
+                selections, pg_total = self._select_before_backward(micros, loss_config, seeds, timings)
                 for micro_index, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(micro_index == len(micros) - 1)
-                    scale = _loss_units(micro.response_mask, loss_config.loss_agg) / unit_totals[mini_index]
+                    scale = loss_units(micro.response_mask, loss_config.loss_agg) / unit_totals[mini_index]
                     selection_rng = torch.Generator().manual_seed(
-                        _mix_seed(self.selection.seed, step, epoch, mini_index, micro_index, self.rank))
-                    record = self._micro_step(micro, loss_config, scale * self.world_size, selection_rng, timings)
+                        _mix_seed(self.selection.seed, *seeds, micro_index, self.rank))
+                    # The tie-break order must be one draw on every rank (global scopes rank one population).
+                    tie_seed = _mix_seed(self.selection.seed, *seeds, micro_index)
+                    record = self._micro_step(
+                        micro, loss_config, scale * self.world_size, selection_rng, tie_seed, timings,
+                        selection=None if selections is None else selections[micro_index],
+                        pg_total=pg_total, whole_mini_batch=len(micros) == 1)
                     for key in MINI_BATCH_LOSSES:  # × world: the group reports the mean over ranks
                         aggregate[key] += record.pop(key) * scale * self.world_size
                     records.append(record)
@@ -295,8 +311,51 @@ class LearnerEngine:
         needed = [max(rank_counts[i] for rank_counts in gathered) for i in range(len(minis))]
         return [mini.pack_by_tokens(budget, min_pieces=n) for mini, n in zip(minis, needed)]
 
+    def _select_before_backward(self, micros: list[TrainBatch], loss_config: PolicyLossConfig,
+                                seeds: tuple[int, ...], timings: dict[str, float]
+                                ) -> tuple[list[Selection] | None, float | None]:
+        """With scope mini_batch/global and several micro-batches: one no-grad scoring pass over the
+        mini-batch, one selection over all its tokens (on every rank for global), cut back per micro-batch;
+        and, for apply_to='loss', the selected-token units of the mini-batch summed over ranks."""
+        if not needs_scoring_pass(self.selection, len(micros)):
+            return None, None
+        tick = time.perf_counter()
+        parts = [self._token_scores(micro) for micro in micros]
+        population = {key: stack_rows([part[key] for part in parts]) for key in parts[0]}
+        mask = population.pop("response_mask")
+        whole = select_tokens(
+            response_mask=mask, config=self.selection, loss_config=loss_config, process_group=self.process_group,
+            generator=torch.Generator().manual_seed(_mix_seed(self.selection.seed, *seeds, self.rank)),
+            tie_seed=_mix_seed(self.selection.seed, *seeds), **population,
+        )
+        selections = [whole.rows(*span) for span in row_spans([part["response_mask"] for part in parts])]
+        pg_total = None
+        if self.selection.apply_to == "loss":
+            pg_total = self._sum_over_ranks(sum(loss_units(s.mask.float(), loss_config.loss_agg) for s in selections))
+        timings["selection_scoring"] += time.perf_counter() - tick
+        return selections, pg_total
+
+    @torch.no_grad()
+    def _token_scores(self, micro: TrainBatch) -> dict[str, torch.Tensor | None]:
+        """What select_tokens reads of one micro-batch, at the current weights (a collective under ZeRO-3)."""
+        micro = micro.to(self.device)
+        index = micro.response_index()
+        logits = self.engine(micro.input_ids, micro.attention_mask, index.rows, index.positions)
+        logp, entropy, grad_norm = self._response_stats(micro, index, logits)
+        return {"response_mask": micro.response_mask, "entropy": entropy, "advantages": micro.advantages,
+                "group_ids": micro.group_ids, "logp": logp,
+                "old_logp": micro.old_logp if micro.old_logp is not None else logp,
+                "ref_logp": micro.ref_logp, "grad_norm": grad_norm}
+
+    def _sum_over_ranks(self, value: float) -> float:
+        total = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(total, group=self.process_group)
+        return max(float(total), 1.0)
+
     def _micro_step(self, micro: TrainBatch, loss_config: PolicyLossConfig, scale: float,
-                    generator: torch.Generator, timings: dict[str, float]) -> dict[str, float]:
+                    generator: torch.Generator, tie_seed: int, timings: dict[str, float],
+                    selection: Selection | None = None, pg_total: float | None = None,
+                    whole_mini_batch: bool = False) -> dict[str, float]:
         tick = time.perf_counter()
         micro = micro.to(self.device)
         index = micro.response_index()
@@ -310,11 +369,19 @@ class LearnerEngine:
         tock = time.perf_counter()
         timings["forward"] += tock - tick
 
-        selection = select_tokens(
-            response_mask=mask, entropy=entropy, advantages=micro.advantages, group_ids=micro.group_ids,
-            config=self.selection, loss_config=loss_config, logp=logp.detach(), old_logp=old_logp,
-            ref_logp=micro.ref_logp, grad_norm=grad_norm, process_group=self.process_group, generator=generator,
-        )
+        if selection is None:
+            selection = select_tokens(
+                response_mask=mask, entropy=entropy, advantages=micro.advantages, group_ids=micro.group_ids,
+                config=self.selection, loss_config=loss_config, logp=logp.detach(), old_logp=old_logp,
+                ref_logp=micro.ref_logp, grad_norm=grad_norm, process_group=self.process_group,
+                generator=generator, tie_seed=tie_seed,
+            )
+            if self.selection.apply_to == "loss" and whole_mini_batch:
+                # This micro-batch is the whole mini-batch: its selection is every selection of the step.
+                pg_total = self._sum_over_ranks(loss_units(selection.mask.float(), loss_config.loss_agg))
+        pg_scale = scale
+        if self.selection.apply_to == "loss" and pg_total is not None:
+            pg_scale = loss_units(selection.mask.float(), loss_config.loss_agg) / pg_total * self.world_size
         pg_mask, loss_mask = selection.loss_masks(self.selection.apply_to)
         out = ppo_clip_loss(
             logp=logp, old_logp=old_logp, advantages=micro.advantages[:, None].expand_as(mask), response_mask=mask,
@@ -324,7 +391,7 @@ class LearnerEngine:
         tick = time.perf_counter()
         timings["selection_and_loss"] += tick - tock
 
-        self.engine.backward(out.loss * scale, scale_wrt_gas=False)
+        self.engine.backward(out.pg_term * pg_scale + out.reg_term * scale, scale_wrt_gas=False)
         tock = time.perf_counter()
         timings["backward"] += tock - tick
         if self.engine.is_gradient_accumulation_boundary():
@@ -333,8 +400,9 @@ class LearnerEngine:
         timings["optimizer"] += time.perf_counter() - tock
 
         record = {
-            "loss/total": float(out.loss.detach()),
-            "loss/pg": float(out.pg_loss),
+            # Weighted so that train_step's scale-weighted sum is the mini-batch aggregate.
+            "loss/total": float((out.pg_term * pg_scale + out.reg_term * scale).detach()) / scale,
+            "loss/pg": float(out.pg_loss) * pg_scale / scale,
             "loss/clip_fraction_high": out.clip_fraction_high,
             "loss/clip_fraction_low": out.clip_fraction_low,
             "loss/clip_fraction_dual": out.dual_clip_fraction,
@@ -347,7 +415,8 @@ class LearnerEngine:
         cpu = lambda t: None if t is None else t.detach().cpu()
         record.update(selection_diagnostics(
             Selection(mask=cpu(selection.mask), scores=cpu(selection.scores), eligible=cpu(selection.eligible)),
-            cpu(mask), cpu(entropy), cpu(grad_norm)))
+            cpu(mask), cpu(entropy), cpu(grad_norm), advantages=cpu(micro.advantages),
+            loss_agg=loss_config.loss_agg, apply_to=self.selection.apply_to))
         return record
 
     def _unclipped_grad_norm(self) -> float | None:
@@ -395,7 +464,7 @@ class LearnerEngine:
         """U per mini-batch summed over ranks; also checks that every rank runs the same schedule
         (a rank with one micro-batch more would wait forever in a collective)."""
         shape = [len(micros) for micros in schedule]
-        units = [sum(_loss_units(m.response_mask, loss_config.loss_agg) for m in micros) for micros in schedule]
+        units = [sum(loss_units(m.response_mask, loss_config.loss_agg) for m in micros) for micros in schedule]
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, (shape, units), group=self.process_group)
         shapes = [s for s, _ in gathered]
@@ -448,13 +517,6 @@ class LearnerEngine:
 def _to_layout(flat: torch.Tensor, index: ResponseIndex, like: torch.Tensor) -> torch.Tensor:
     """Scatter N per-token values into the [B, T] response layout (zeros elsewhere; keeps autograd)."""
     return torch.zeros(like.shape, dtype=flat.dtype, device=flat.device).index_put((index.rows, index.cols), flat)
-
-
-def _loss_units(response_mask: torch.Tensor, loss_agg: str) -> float:
-    """What a loss aggregation averages over: tokens (token-mean) or answered sequences (seq-mean-*)."""
-    if loss_agg == "token-mean":
-        return float(response_mask.sum())
-    return float((response_mask.sum(-1) > 0).sum())
 
 
 def _mix_seed(*parts: int) -> int:

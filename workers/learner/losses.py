@@ -3,14 +3,16 @@
 Everything here takes per-token tensors of shape [B, T] (B sequences, T response positions) and a
 ``response_mask`` of the same shape, and knows nothing of models, engines or processes.
 
-Conventions (as in verl's ``core_algos``):
+Conventions (as in verl's ``core_algos``, except where noted):
 - ratio r_t = exp(log π − log π_old); the PPO-clip surrogate per token is
   ℓ_t = max(−A r, −A clip(r, 1 − ε_low, 1 + ε_high)), and with dual-clip c (A < 0 only)
   ℓ_t = min(ℓ_t, −A c).
 - the KL penalty β·KL_t(π ‖ π_ref) is added per token, with KL estimated by k1, k2 or k3.
 - per-token losses are reduced to a scalar by an aggregation mode; every mode is a weighted sum
   Σ w_t ℓ_t, and :func:`aggregation_weights` returns those w_t (GMTS needs them: they scale each
-  token's gradient).
+  token's gradient). ``seq-mean-token-sum-norm`` is *not* verl's: verl divides the token sum of the
+  batch by T alone; this one divides by T · n_seq, as TRL's ``loss_type='dr_grpo'`` and the Dr. GRPO
+  paper do (a mean over sequences of token sums over a constant length).
 """
 
 from __future__ import annotations
@@ -131,7 +133,8 @@ def _seq_mean_token_sum(mask: torch.Tensor, norm_length: int) -> torch.Tensor:
 
 @register_aggregation("seq-mean-token-sum-norm")
 def _seq_mean_token_sum_norm(mask: torch.Tensor, norm_length: int) -> torch.Tensor:
-    # Dr. GRPO: divide every sequence's token sum by one constant length, not by its own length.
+    # Dr. GRPO (TRL's dr_grpo): Σ over tokens / (n_seq · T), one constant length for every sequence.
+    # verl's mode of the same name divides by T only; the two differ by the factor n_seq.
     return mask / norm_length / _num_sequences(mask)
 
 
@@ -206,7 +209,9 @@ def effective_grad_coef(
 
 @dataclass(frozen=True)
 class PolicyLossOutput:
-    loss: torch.Tensor
+    loss: torch.Tensor  # pg_term + reg_term
+    pg_term: torch.Tensor  # the aggregated policy-gradient term, with grad (over selected tokens with loss_mask)
+    reg_term: torch.Tensor  # β·KL − c·entropy aggregated over every response token, with grad (0 without them)
     pg_loss: torch.Tensor
     kl: torch.Tensor | None
     entropy: torch.Tensor | None
@@ -242,12 +247,15 @@ def ppo_clip_loss(
     """Clipped surrogate + β·KL − entropy bonus, aggregated per ``config.loss_agg``.
 
     Token selection enters in one of two ways (see ``selection.SelectionConfig.apply_to``):
-    - ``pg_mask``: zero the policy-gradient term of unselected tokens; KL and the aggregation
-      denominator still cover every response token (released GMTS / ETS convention);
-    - ``loss_mask``: drop unselected tokens from the whole loss and normalise over the selected
-      ones ("80/20" code convention).
+    - ``pg_mask``: zero the policy-gradient term of unselected tokens; the aggregation denominator
+      still covers every response token (GMTS release, TRL);
+    - ``loss_mask``: aggregate the policy-gradient term over the selected tokens only ("80/20"
+      code: ``agg_loss(pg_losses, response_mask * entropy_top_mask)``).
+    Either way the KL and entropy-bonus terms are aggregated over every response token, each with
+    its own aggregation, as verl's actor does.
     """
     mask = response_mask.float() if loss_mask is None else (response_mask * loss_mask).float()
+    everywhere = response_mask.float()
     masks = clip_masks(logp, old_logp, advantages, config)
     surrogate = -advantages * masks.ratio
     clipped = -advantages * masks.ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high)
@@ -256,23 +264,27 @@ def ppo_clip_loss(
         pg = torch.where(advantages < 0, torch.minimum(pg, -advantages * config.dual_clip), pg)
     if pg_mask is not None:
         pg = pg * pg_mask
-    per_token = pg
+    regulariser = torch.zeros_like(pg)
     kl = None
     if config.kl_coef > 0:
         if ref_logp is None:
             raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
         kl = kl_penalty(logp, ref_logp, config.kl_estimator)
-        per_token = per_token + config.kl_coef * kl
+        regulariser = regulariser + config.kl_coef * kl
     if config.entropy_coef > 0:
         if entropy is None:
             raise ValueError("entropy_coef > 0 needs a differentiable entropy tensor")
-        per_token = per_token - config.entropy_coef * entropy
-    loss = aggregate(per_token, mask, config.loss_agg, config.loss_agg_norm_length)
+        regulariser = regulariser - config.entropy_coef * entropy
+    pg_term = aggregate(pg, mask, config.loss_agg, config.loss_agg_norm_length)
+    reg_term = aggregate(regulariser, everywhere, config.loss_agg, config.loss_agg_norm_length)
+    loss = pg_term + reg_term
 
     with torch.no_grad():
         n = response_mask.sum().clamp_min(1)
         return PolicyLossOutput(
             loss=loss,
+            pg_term=pg_term,
+            reg_term=reg_term,
             pg_loss=aggregate(pg.detach(), mask, config.loss_agg, config.loss_agg_norm_length),
             kl=None if kl is None else (kl.detach() * response_mask).sum() / n,
             entropy=None if entropy is None else (entropy.detach() * response_mask).sum() / n,

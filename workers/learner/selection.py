@@ -1,7 +1,7 @@
 """Token selection: which response tokens keep the policy gradient.
 
-One entry point, :func:`select_tokens`, ranks the response tokens of a batch by a per-token score
-and keeps the top (or bottom) ⌈ρ·n⌉ of the n eligible tokens of each ranking population.
+One entry point, :func:`select_tokens`, ranks the response tokens of a population by a per-token
+score and keeps the top (or bottom) ρ of the eligible tokens of each ranking population.
 
 Scores (``SelectionConfig.method``):
 - ``none``: every response token is kept (the full-token baseline).
@@ -18,29 +18,56 @@ Eligibility: every response token; for the gmts methods, tokens whose score is e
 ranking population, as in the released GMTS code — so ρ is a fraction of the tokens that
 *could* move the policy.
 
-Populations (``scope``): ``group`` — each prompt's group of rollouts (what the released GMTS
-code meant; its loop only reached the first group, a bug not repeated here); ``batch`` — all
-tokens of the batch on this rank; ``global`` — all tokens on every rank of a process group, with
-an exact global threshold (scores are all-gathered; ties broken by rank, then position).
+Populations (``scope``), each named for what it ranks:
+- ``group``: each prompt's group of rollouts (the GMTS release; its loop only reached the first
+  group, a bug not repeated here);
+- ``micro_batch``: the tokens of one forward/backward pass on this rank (the "80/20" code);
+- ``mini_batch``: every token of one optimiser step on this rank, across its micro-batches and
+  token-budget pieces (the GMTS release's ETS). The learner scores the mini-batch in one no-grad
+  pass before its first backward when it has more than one micro-batch; none when it is one;
+- ``global_micro_batch``: one forward's micro-batch on every data-parallel rank (what TRL's
+  ``get_high_entropy_mask`` gathers: one threshold per ``compute_loss`` call across processes);
+- ``global``: every token of one optimiser step on every rank (the paper's Eq. 2 "over the batch").
+The caller hands :func:`select_tokens` the tensors of the population (one micro-batch, or a
+mini-batch concatenated); ``global*`` scopes gather the scores of every rank of a process group.
+
+How many (``rule``):
+- ``count``: exactly ⌈ρ·n⌉ of the n eligible tokens. Tokens with bit-identical scores (a context
+  shared by several samples has identical entropy) are ordered by a seeded random permutation, not
+  by row position, so a threshold that falls inside a tie favours no row and no advantage sign;
+- ``quantile``: every token whose score is ≥ the linear-interpolated (1 − ρ)-quantile of the
+  population (≤ the ρ-quantile for ``mode='bottom'``), ties kept — TRL's ``top_entropy_quantile``.
+
+Named settings that reproduce a published convention exactly live in
+:mod:`workers.learner.recipes` (``SelectionConfig(recipe='ets-8020')``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from workers.learner.losses import PolicyLossConfig, effective_grad_coef
 
 SelectionMethod = Literal["none", "ets", "gmts", "gmts_exact", "random"]
+SelectionScope = Literal["group", "micro_batch", "mini_batch", "global_micro_batch", "global"]
 GMTS_METHODS = ("gmts", "gmts_exact")
+SCOPES: tuple[str, ...] = SelectionScope.__args__
+# Scopes whose population spans every data-parallel rank, and those spanning a whole optimiser step.
+CROSS_RANK_SCOPES = ("global_micro_batch", "global")
+MINI_BATCH_SCOPES = ("mini_batch", "global")
+# What the two loss conventions divide the policy-gradient term by (the ablation table's column).
+DENOMINATORS = {"advantage": "all", "loss": "selected"}
 
 # ρ·n is computed in floating point (0.2 · 10 = 2.0000000000000004); rounding before the ceiling
 # keeps ⌈ρ·n⌉ exact for every ratio written with up to 9 decimals.
 _RATIO_DECIMALS = 9
+# Fields a recipe fixes (ratio, mode and seed stay free: a sweep varies them).
+RECIPE_FIELDS = ("method", "scope", "rule", "apply_to", "omega_aggregation_weight")
 
 
 class SelectionConfig(BaseModel):
@@ -48,27 +75,82 @@ class SelectionConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    recipe: str | None = Field(  # first: the fields below are checked against it
+        None, description="A named published convention (workers.learner.recipes: ets-8020, ets-trl, ets-release, "
+        "gmts-release, gmts-paper) that fixes method, scope, rule, apply_to and omega_aggregation_weight; "
+        "None = set them yourself."
+    )
     method: SelectionMethod = "none"
     ratio: float | None = Field(
         None, gt=0.0, le=1.0, description="ρ: fraction of eligible tokens kept; required unless method is 'none'."
     )
     mode: Literal["top", "bottom"] = Field("top", description="Keep the highest- or the lowest-scored tokens.")
-    scope: Literal["group", "batch", "global"] = Field(
-        "group", description="Ranking population: per prompt group, per batch on this rank, or across all ranks."
+    scope: SelectionScope = Field(
+        "group", description="Ranking population: each prompt group; one micro-batch on this rank; one optimiser "
+        "step's mini-batch on this rank; one micro-batch on every rank (TRL); one mini-batch on every rank."
+    )
+    rule: Literal["count", "quantile"] = Field(
+        "count", description="'count': exactly ⌈ρ·n⌉ tokens, ties broken by a seeded random order; 'quantile': "
+        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL)."
     )
     apply_to: Literal["advantage", "loss"] = Field(
         "advantage",
         description=(
-            "'advantage': unselected tokens lose their policy-gradient term, KL and denominators keep every "
-            "token (released GMTS/ETS); 'loss': unselected tokens leave the loss, normalised over selected "
-            "tokens ('80/20' code)."
+            "Denominator of the policy-gradient term. 'advantage': unselected tokens lose their policy-gradient "
+            "term, every denominator counts all response tokens (GMTS release, TRL); 'loss': the policy-gradient "
+            "term is aggregated over the selected tokens only ('80/20' code, the paper's Eq. 2). Either way the KL "
+            "and entropy-bonus terms cover every response token."
         ),
     )
     omega_aggregation_weight: bool = Field(
         True,
-        description="Include the loss-aggregation weight in ω (exact gradient); False = released GMTS code.",
+        description="Include the loss-aggregation weight in ω (exact gradient); False = the GMTS release's verl "
+        "fork (its single-GPU framework pre-divides A and KL by G·|o_i|, i.e. True).",
     )
-    seed: int = Field(0, description="Seed of the 'random' method's scores.")
+    seed: int = Field(0, description="Seed of the 'random' method's scores and of the tie-break order.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_fields_from_the_recipe(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or data.get("recipe") is None:
+            return data
+        from workers.learner.recipes import RECIPES  # recipes are SelectionConfig data: import late
+
+        if data["recipe"] not in RECIPES:
+            return data  # the recipe field's own validator names it
+        return {**RECIPES[data["recipe"]].fields, **data}  # a field given beside it is checked below
+
+    @field_validator("recipe")
+    @classmethod
+    def _known_recipe(cls, recipe: str | None) -> str | None:
+        from workers.learner.recipes import RECIPES
+
+        if recipe is not None and recipe not in RECIPES:
+            raise ValueError(f"unknown recipe {recipe!r}; known: {sorted(RECIPES)}")
+        return recipe
+
+    @field_validator("scope", mode="before")
+    @classmethod
+    def _old_scope_name(cls, scope: Any) -> Any:
+        if scope == "batch":
+            raise ValueError(
+                "'batch' was renamed because it ranked one micro-batch: use 'micro_batch' for that, "
+                "'mini_batch' for one optimiser step on this rank, 'global_micro_batch' or 'global' across ranks"
+            )
+        return scope
+
+    @field_validator(*RECIPE_FIELDS)
+    @classmethod
+    def _recipe_fixes_it(cls, value: Any, info: ValidationInfo) -> Any:
+        recipe = info.data.get("recipe")
+        if recipe is not None:
+            from workers.learner.recipes import recipe_fields
+
+            fixed = recipe_fields(recipe)[info.field_name]
+            if value != fixed:
+                raise ValueError(f"recipe {recipe!r} fixes {info.field_name}={fixed!r}, got {value!r} "
+                                 "(drop the recipe, e.g. --set selection.recipe=null, to vary it)")
+        return value
 
     @model_validator(mode="after")
     def _ratio_matches_method(self) -> SelectionConfig:
@@ -84,6 +166,16 @@ class SelectionConfig(BaseModel):
     def keep_ratio(self) -> float:
         return 1.0 if self.ratio is None else self.ratio
 
+    @property
+    def denominator(self) -> str:
+        """'all' or 'selected': the tokens the policy-gradient term is normalised over."""
+        return DENOMINATORS[self.apply_to]
+
+    @property
+    def label(self) -> str:
+        """The name a table shows: the recipe, else the method."""
+        return self.recipe or self.method
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -96,6 +188,11 @@ class Selection:
         if apply_to == "advantage":
             return self.mask.float(), None
         return None, self.mask.float()
+
+    def rows(self, start: int, stop: int, width: int) -> Selection:
+        """Rows [start, stop) cut to ``width`` columns (a micro-batch's part of a mini-batch selection)."""
+        cut = lambda t: t[start:stop, :width]
+        return Selection(mask=cut(self.mask), scores=cut(self.scores), eligible=cut(self.eligible))
 
 
 def select_tokens(
@@ -112,14 +209,17 @@ def select_tokens(
     grad_norm: torch.Tensor | None = None,
     process_group: dist.ProcessGroup | None = None,
     generator: torch.Generator | None = None,
+    tie_seed: int | None = None,
 ) -> Selection:
-    """Select the tokens that keep the policy gradient.
+    """Select the tokens that keep the policy gradient among the given population.
 
     All per-token tensors are [B, T]; ``advantages`` may also be per sequence [B]; ``group_ids``
     [B] names each row's prompt. ``logp``/``old_logp`` (and ``ref_logp`` when the loss has KL) are
     needed by the gmts methods, ``grad_norm`` (G, from ``token_stats_from_logits``) by
-    ``gmts_exact``. ``process_group`` is used by ``scope='global'`` (default: the world group
-    when torch.distributed is initialised, else this process alone).
+    ``gmts_exact``. ``process_group`` is used by the ``global*`` scopes (default: the world group
+    when torch.distributed is initialised, else this process alone). ``generator`` draws the
+    'random' method's scores; ``tie_seed`` (default ``config.seed``) the tie-break order — it must
+    be the same on every rank for the ``global*`` scopes.
     """
     mask = response_mask.bool()
     if advantages.dim() == 1:
@@ -135,17 +235,18 @@ def select_tokens(
     scores = torch.where(mask, scores.float(), torch.zeros_like(scores, dtype=torch.float32))
     eligible = mask & (scores > 0) if config.method in GMTS_METHODS else mask.clone()
 
-    positions = eligible.flatten().nonzero().squeeze(-1)  # ascending: the deterministic tie-break
+    positions = eligible.flatten().nonzero().squeeze(-1)
     flat_scores = scores.flatten()[positions]
     if config.scope == "group":
         keys = group_ids.to(positions.device).repeat_interleave(mask.shape[1])[positions]
     else:
         keys = torch.zeros_like(positions)
+    tie_break = torch.Generator().manual_seed(config.seed if tie_seed is None else tie_seed)
 
-    if config.scope == "global" and _world_size(process_group) > 1:
-        keep = _keep_global(flat_scores, config, process_group)
+    if config.scope in CROSS_RANK_SCOPES and _world_size(process_group) > 1:
+        keep = _keep_global(flat_scores, config, process_group, tie_break)
     else:
-        keep = _keep_per_population(flat_scores, keys, config.keep_ratio, config.mode)
+        keep = _keep_per_population(flat_scores, keys, config, tie_break)
 
     selected = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
     selected[positions[keep]] = True
@@ -180,15 +281,25 @@ def keep_count(n: torch.Tensor, ratio: float) -> torch.Tensor:
     return torch.ceil(torch.round(n.double() * ratio, decimals=_RATIO_DECIMALS)).long()
 
 
-def _keep_per_population(scores: torch.Tensor, keys: torch.Tensor, ratio: float, mode: str) -> torch.Tensor:
-    """Boolean [n]: the ⌈ρ·n_k⌉ best-ranked entries of each population key k.
-
-    Entries are ordered by score (descending for 'top'), ties by their original position; the
-    two stable sorts below give exactly that order within each population.
-    """
+def _keep_per_population(scores: torch.Tensor, keys: torch.Tensor, config: SelectionConfig,
+                         tie_break: torch.Generator) -> torch.Tensor:
+    """Boolean [n]: the kept entries of each population key k, by ``config.rule``."""
     if scores.numel() == 0:
         return torch.zeros(0, dtype=torch.bool, device=scores.device)
-    by_score = torch.argsort(-scores if mode == "top" else scores, stable=True)
+    if config.rule == "quantile":
+        return _keep_above_quantile(scores, keys, config.keep_ratio, config.mode)
+    return _keep_best_count(scores, keys, config.keep_ratio, config.mode, tie_break)
+
+
+def _keep_best_count(scores: torch.Tensor, keys: torch.Tensor, ratio: float, mode: str,
+                     tie_break: torch.Generator) -> torch.Tensor:
+    """The ⌈ρ·n_k⌉ best-ranked entries of each population k.
+
+    Entries are ordered by score (descending for 'top'); equal scores in a seeded random order:
+    a random permutation first, then two stable sorts (by score, then by population).
+    """
+    shuffle = torch.randperm(scores.numel(), generator=tie_break).to(scores.device)
+    by_score = shuffle[torch.argsort(-scores[shuffle] if mode == "top" else scores[shuffle], stable=True)]
     order = by_score[torch.argsort(keys[by_score], stable=True)]
     sorted_keys = keys[order]
     _, inverse, counts = torch.unique_consecutive(sorted_keys, return_inverse=True, return_counts=True)
@@ -200,13 +311,27 @@ def _keep_per_population(scores: torch.Tensor, keys: torch.Tensor, ratio: float,
     return keep
 
 
+def _keep_above_quantile(scores: torch.Tensor, keys: torch.Tensor, ratio: float, mode: str) -> torch.Tensor:
+    """Entries at or beyond the population's linear-interpolated quantile (TRL: ``torch.quantile``), ties kept."""
+    keep = torch.zeros_like(scores, dtype=torch.bool)
+    for key in keys.unique():
+        members = keys == key
+        values = scores[members].float()  # float32, as TRL computes its threshold
+        if mode == "top":
+            keep[members] = values >= torch.quantile(values, 1.0 - ratio)
+        else:
+            keep[members] = values <= torch.quantile(values, ratio)
+    return keep
+
+
 def _world_size(group: dist.ProcessGroup | None) -> int:
     return dist.get_world_size(group) if dist.is_available() and dist.is_initialized() else 1
 
 
-def _keep_global(scores: torch.Tensor, config: SelectionConfig, group: dist.ProcessGroup | None) -> torch.Tensor:
-    """Exact global top-⌈ρ·N⌉ across ranks: gather every rank's eligible scores, rank them all
-    in (rank, position) order, and keep this rank's share."""
+def _keep_global(scores: torch.Tensor, config: SelectionConfig, group: dist.ProcessGroup | None,
+                 tie_break: torch.Generator) -> torch.Tensor:
+    """Exact cross-rank selection: gather every rank's eligible scores (rank order), rank them all as one
+    population (the same tie-break draw on every rank), and keep this rank's share."""
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     device = scores.device  # NCCL needs CUDA tensors, gloo takes CPU ones: stay where the scores are
     count = torch.tensor([scores.numel()], dtype=torch.long, device=device)
@@ -219,7 +344,7 @@ def _keep_global(scores: torch.Tensor, config: SelectionConfig, group: dist.Proc
     dist.all_gather(gathered, padded, group=group)
     everything = torch.cat([g[:n] for g, n in zip(gathered, sizes)])
     keep_all = _keep_per_population(everything, torch.zeros(everything.numel(), dtype=torch.long, device=device),
-                                     config.keep_ratio, config.mode)
+                                    config, tie_break)
     offset = sum(sizes[:rank])
     return keep_all[offset : offset + scores.numel()]
 

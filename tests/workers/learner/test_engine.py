@@ -259,3 +259,31 @@ def test_token_budget_micro_batches_give_the_same_gradient_with_less_padding(mod
     assert packed_metrics["loss/pg"] == pytest.approx(fixed_metrics["loss/pg"], rel=1e-4, abs=1e-6)
     assert packed_metrics["learner/padding_fraction"] < fixed_metrics["learner/padding_fraction"] - 0.15
     assert (fixed_metrics["learner/micro_batches"], packed_metrics["learner/micro_batches"]) == (3, 3)
+
+
+@pytest.mark.parametrize("recipe", ["ets-release", "gmts-paper"])
+def test_mini_batch_scope_is_exact_however_the_step_is_cut(model_dir, recipe):
+    """scope mini_batch/global ranks every token of the optimiser step: cutting the mini-batch into three
+    micro-batches (one no-grad scoring pass first) gives the gradient of one micro-batch of all of it
+    (no scoring pass), including gmts-paper's selected-token denominator (apply_to='loss') with KL on."""
+    batch = mixed_length_batch()
+    loss = PolicyLossConfig(loss_agg="token-mean", kl_coef=0.05)
+    selection = SelectionConfig(recipe=recipe, ratio=0.3)
+    results, forwards = [], []
+    for micro in (24, 8):
+        engine = make_engine(model_dir, loss=loss, selection=selection, mini_batch_size=24, micro_batch_size=micro,
+                             grad_clip=0.0, use_reference=True)
+        prepared = engine.compute_reference_stats(batch)
+        calls = []
+        hook = engine.model.get_decoder().register_forward_hook(lambda *a: calls.append(1))
+        try:
+            results.append(first_step_gradients(engine, prepared))
+        finally:
+            hook.remove()
+        forwards.append(len(calls))
+    (whole, whole_metrics), (cut, cut_metrics) = results
+    for name, gradient in whole.items():
+        torch.testing.assert_close(cut[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
+    assert forwards == [1, 3 + 3]  # one micro-batch: no scoring pass; three: one scoring forward each
+    assert cut_metrics["loss/total"] == pytest.approx(whole_metrics["loss/total"], rel=1e-4)
+    assert "time/selection_scoring_s" in cut_metrics and "time/selection_scoring_s" not in whole_metrics

@@ -71,3 +71,32 @@ def test_grad_norm_matches_autograd_of_single_token_logprob():
     stats = token_stats_from_logits(logits, token, with_grad_norm=True)
     (grad,) = torch.autograd.grad(stats.logp.sum(), logits)
     torch.testing.assert_close(stats.grad_norm, grad.norm(dim=-1))
+
+
+@pytest.mark.parametrize("loss_agg", sorted(AGGREGATIONS))
+@pytest.mark.parametrize("kl_estimator", ["k3", "low_var_kl"])
+def test_apply_to_loss_masks_only_the_policy_gradient_term_with_kl_on(loss_agg, kl_estimator):
+    """apply_to='loss' ("80/20" code): the policy-gradient term is aggregated over the selected tokens;
+    the KL term still over every response token. So token t's logits gradient is
+    −(ω_t^pg[selected] + ω_t^KL[all]) · (e_o − p), its norm |ω^pg + ω^KL| · G."""
+    logits, tokens, mask, old_logp, ref_logp, advantages = _random_batch(seed=hash((loss_agg, kl_estimator, 1)) % 1000)
+    selected = (torch.rand(mask.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64) < 0.4)
+    selected = (selected & mask.bool()).double()
+    config = PolicyLossConfig(clip_low=0.2, clip_high=0.28, kl_coef=0.05, kl_estimator=kl_estimator, loss_agg=loss_agg)
+    logits.requires_grad_(True)
+    stats = token_stats_from_logits(logits, tokens, with_grad_norm=True)
+    out = ppo_clip_loss(logp=stats.logp, old_logp=old_logp, advantages=advantages, response_mask=mask,
+                        config=config, ref_logp=ref_logp, loss_mask=selected)
+    (grad,) = torch.autograd.grad(out.loss, logits)
+
+    pg_only = config.model_copy(update={"kl_coef": 0.0})
+    omega_pg = effective_grad_coef(stats.logp, old_logp, advantages, mask * selected, pg_only)
+    omega_kl = effective_grad_coef(stats.logp, old_logp, torch.zeros_like(advantages), mask, config, ref_logp)
+    predicted = (omega_pg + omega_kl).abs() * stats.grad_norm
+    torch.testing.assert_close(predicted, grad.norm(dim=-1), atol=1e-5, rtol=0)
+    # The KL gradient reaches the unselected tokens; their policy-gradient term does not.
+    unselected = mask.bool() & ~selected.bool()
+    assert (grad.norm(dim=-1)[unselected] > 0).all() and (omega_pg[unselected] == 0).all()
+    # And the loss is the selected-token pg aggregate plus the all-token KL aggregate.
+    kl = out.reg_term.detach()
+    assert float(kl) > 0 and torch.isclose(out.loss.detach(), out.pg_term.detach() + kl)

@@ -44,9 +44,9 @@ def test_group_scope_keeps_ceil_ratio_of_each_group(method, ratio):
 
 
 @pytest.mark.parametrize("mode", ["top", "bottom"])
-def test_batch_scope_selects_the_extreme_scores(mode):
+def test_micro_batch_scope_selects_the_extreme_scores(mode):
     b = _batch(seed=1)
-    sel = select_tokens(**b, config=SelectionConfig(method="ets", ratio=0.2, scope="batch", mode=mode))
+    sel = select_tokens(**b, config=SelectionConfig(method="ets", ratio=0.2, scope="micro_batch", mode=mode))
     inside = b["response_mask"].bool()
     chosen, rest = b["entropy"][sel.mask], b["entropy"][inside & ~sel.mask]
     assert sel.mask.sum() == math.ceil(0.2 * inside.sum())
@@ -60,7 +60,7 @@ def test_gmts_score_is_entropy_times_abs_omega_and_excludes_zero_scores():
     b = _batch(seed=2)
     b["advantages"][:4] = 0.0  # the first group has no signal
     loss = PolicyLossConfig(clip_high=0.28)
-    sel = select_tokens(**b, config=SelectionConfig(method="gmts", ratio=0.5, scope="batch"), loss_config=loss)
+    sel = select_tokens(**b, config=SelectionConfig(method="gmts", ratio=0.5, scope="micro_batch"), loss_config=loss)
     omega = effective_grad_coef(b["logp"], b["old_logp"], b["advantages"][:, None].expand_as(b["logp"]),
                                 b["response_mask"], loss)
     torch.testing.assert_close(sel.scores, b["entropy"] * omega.abs() * b["response_mask"])
@@ -70,17 +70,17 @@ def test_gmts_score_is_entropy_times_abs_omega_and_excludes_zero_scores():
 
 def test_gmts_differs_from_ets_when_advantages_differ():
     b = _batch(seed=3)
-    ets = select_tokens(**b, config=SelectionConfig(method="ets", ratio=0.2, scope="batch"))
-    gmts = select_tokens(**b, config=SelectionConfig(method="gmts", ratio=0.2, scope="batch"))
+    ets = select_tokens(**b, config=SelectionConfig(method="ets", ratio=0.2, scope="micro_batch"))
+    gmts = select_tokens(**b, config=SelectionConfig(method="gmts", ratio=0.2, scope="micro_batch"))
     assert not torch.equal(ets.mask, gmts.mask)
 
 
 def test_gmts_exact_uses_grad_norm_and_requires_it():
     b = _batch(seed=4)
     grad_norm = torch.rand_like(b["entropy"])
-    cfg = SelectionConfig(method="gmts_exact", ratio=0.3, scope="batch")
+    cfg = SelectionConfig(method="gmts_exact", ratio=0.3, scope="micro_batch")
     sel = select_tokens(**b, grad_norm=grad_norm, config=cfg)
-    gmts = select_tokens(**b, config=SelectionConfig(method="gmts", ratio=0.3, scope="batch"))
+    gmts = select_tokens(**b, config=SelectionConfig(method="gmts", ratio=0.3, scope="micro_batch"))
     torch.testing.assert_close(sel.scores / grad_norm.clamp_min(1e-12), gmts.scores / b["entropy"], rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="grad_norm"):
         select_tokens(**b, config=cfg)
@@ -92,14 +92,65 @@ def test_none_keeps_every_response_token():
     assert torch.equal(sel.mask, b["response_mask"].bool())
 
 
-def test_all_equal_scores_break_ties_by_position_deterministically():
+def test_ties_are_broken_by_a_seeded_draw_that_repeats():
     mask = torch.ones(2, 5)
     kwargs = dict(response_mask=mask, entropy=torch.ones(2, 5), advantages=torch.ones(2), group_ids=torch.tensor([0, 0]))
-    top = select_tokens(**kwargs, config=SelectionConfig(method="ets", ratio=0.3, scope="batch"))
-    bottom = select_tokens(**kwargs, config=SelectionConfig(method="ets", ratio=0.3, scope="batch", mode="bottom"))
-    expected = torch.zeros(10, dtype=torch.bool)
-    expected[:3] = True  # ⌈0.3·10⌉ = 3, the earliest positions win ties
-    assert torch.equal(top.mask.flatten(), expected) and torch.equal(bottom.mask.flatten(), expected)
+    config = SelectionConfig(method="ets", ratio=0.3, scope="micro_batch")
+    first, again = (select_tokens(**kwargs, config=config, tie_seed=7) for _ in range(2))
+    assert torch.equal(first.mask, again.mask) and int(first.mask.sum()) == 3  # ⌈0.3·10⌉
+    draws = {tuple(select_tokens(**kwargs, config=config, tie_seed=s).mask.flatten().tolist()) for s in range(10)}
+    assert len(draws) > 5
+
+
+@pytest.mark.parametrize("scope", ["group", "micro_batch"])
+def test_kept_tied_tokens_are_unbiased_in_row_position_and_advantage_sign(scope):
+    """A group whose tokens all tie (a shared context): the threshold falls inside the tie. Over many
+    draws every row must be kept equally often, so the kept advantages sum to ≈ 0 as the group's do
+    (by position the first rows, all A > 0 here, would always win)."""
+    rows, width, draws = 8, 6, 400
+    advantages = torch.tensor([1.0] * 4 + [-1.0] * 4)  # GRPO: the group's advantages sum to 0
+    kwargs = dict(response_mask=torch.ones(rows, width), entropy=torch.full((rows, width), 0.5),
+                  advantages=advantages, group_ids=torch.zeros(rows, dtype=torch.long))
+    config = SelectionConfig(method="ets", ratio=0.2, scope=scope)
+    kept_per_row = torch.zeros(rows)
+    signed = []
+    for seed in range(draws):
+        mask = select_tokens(**kwargs, config=config, tie_seed=seed).mask
+        kept_per_row += mask.sum(-1)
+        signed.append(float((mask.sum(-1) * advantages).sum()))
+    kept = math.ceil(0.2 * rows * width)  # 10 of 48 tokens per draw
+    expected = draws * kept / rows
+    # Binomial sd per row ≈ sqrt(draws·kept·(1/8)(7/8)) ≈ 21; 5 sd bounds make a false failure negligible.
+    assert (kept_per_row - expected).abs().max() < 5 * math.sqrt(draws * kept * (1 / rows) * (1 - 1 / rows))
+    mean_signed = sum(signed) / draws
+    assert abs(mean_signed) < 0.5 and max(signed) > 0 > min(signed)
+    # Columns (answer positions) are drawn fairly too.
+    columns = sum(select_tokens(**kwargs, config=config, tie_seed=s).mask.sum(0) for s in range(draws))
+    assert (columns - draws * kept / width).abs().max() < 5 * math.sqrt(draws * kept / width)
+
+
+def test_quantile_rule_keeps_ties_and_matches_torch_quantile():
+    entropy = torch.tensor([[0.1, 0.5, 0.5, 0.5, 0.9]])
+    kwargs = dict(response_mask=torch.ones(1, 5), entropy=entropy, advantages=torch.ones(1),
+                  group_ids=torch.zeros(1, dtype=torch.long))
+    sel = select_tokens(**kwargs, config=SelectionConfig(method="ets", ratio=0.6, scope="micro_batch", rule="quantile"))
+    # quantile(0.4) of [0.1, 0.5, 0.5, 0.5, 0.9] = 0.5: the whole tie is kept (4 tokens, not ⌈0.6·5⌉ = 3)
+    assert sel.mask.tolist() == [[False, True, True, True, True]]
+
+
+def test_old_scope_name_batch_is_refused_naming_the_new_ones():
+    with pytest.raises(ValidationError, match=r"scope\n.*'batch' was renamed.*micro_batch.*mini_batch"):
+        SelectionConfig(method="ets", ratio=0.2, scope="batch")
+
+
+def test_recipe_fixes_its_fields_and_names_a_conflicting_one():
+    config = SelectionConfig(recipe="ets-release", ratio=0.2)
+    assert (config.method, config.scope, config.apply_to, config.label) == ("ets", "mini_batch", "advantage", "ets-release")
+    assert SelectionConfig.model_validate(config.model_dump()) == config  # a dumped config re-validates
+    with pytest.raises(ValidationError, match=r"apply_to\n.*recipe 'ets-release' fixes"):
+        SelectionConfig(recipe="ets-release", ratio=0.2, apply_to="loss")
+    with pytest.raises(ValidationError, match=r"recipe\n.*unknown recipe 'ets-8021'"):
+        SelectionConfig(recipe="ets-8021", ratio=0.2)
 
 
 def test_single_token_padding_and_empty_group():
