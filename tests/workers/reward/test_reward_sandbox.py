@@ -6,10 +6,12 @@ Attacks that are harmless when they succeed (writing a file, connecting to a loc
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -38,6 +40,22 @@ def _config(layers: str, **overrides) -> SandboxConfig:
         if getattr(config, f"use_{layer}") and layer not in available:
             pytest.skip(f"{layer} does not work on this machine")
     return config
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory the sandbox's user (nobody, when the tests run as root) can reach."""
+    path = Path(tempfile.mkdtemp(prefix="gmts-sandbox-test-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _as_sandbox_user() -> None:
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(sandbox_boot.NOBODY, sandbox_boot.NOBODY, sandbox_boot.NOBODY)
+        os.setresuid(sandbox_boot.NOBODY, sandbox_boot.NOBODY, sandbox_boot.NOBODY)
 
 
 def _run(source: str, config: SandboxConfig):
@@ -236,9 +254,10 @@ except OSError as error:
 
 @pytest.mark.parametrize(("layers", "blocked"),
                          [("all", True), ("namespaces", True), ("landlock", True), ("seccomp", False), ("none", False)])
-def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
-    sentinel = tmp_path / "outside" / "sentinel.txt"
+def test_writes_outside_the_working_directory(layers, blocked, shared_dir):
+    sentinel = shared_dir / "outside" / "sentinel.txt"
     sentinel.parent.mkdir()
+    sentinel.parent.chmod(0o777)  # writable by the sandbox's user too: only the isolation layers stand in the way
     in_repo = Path(__file__).parent / f"sandbox-escape-{os.getpid()}.txt"
     targets = [str(sentinel), str(in_repo)] if blocked else [str(sentinel)]  # controls stay out of the repo
     try:
@@ -248,7 +267,9 @@ def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
             assert "WROTE" not in result.output_tail
             assert not sentinel.exists() and not in_repo.exists()
         else:
-            assert sentinel.read_text() == "pwned" and "WROTE program" in result.output_tail
+            assert sentinel.read_text() == "pwned"
+            # The program file is the scorer's (0600): the sandbox's own user cannot change it anyway.
+            assert ("WROTE program" in result.output_tail) == (os.geteuid() != 0)
     finally:
         in_repo.unlink(missing_ok=True)
 
@@ -256,7 +277,10 @@ def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
 _CONNECT_TCP = """
 import socket
 try:
-    socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"hello")
+    connection = socket.socket(socket.AF_INET)
+    connection.settimeout(2)
+    connection.connect((b"127.0.0.1", {port}))
+    connection.sendall(b"hello")
     print("CONNECTED")
 except OSError as error:
     print("refused", error.errno, error.strerror)
@@ -293,14 +317,14 @@ except OSError as error:
 
 
 @pytest.mark.parametrize(("layers", "blocked"),
-                         [("all", True), ("namespaces", False), ("landlock", False), ("seccomp", True), ("none", False)])
-def test_unix_socket_of_a_host_service(layers, blocked, tmp_path):
-    # Like Ray's raylet socket: a read-only mount does not stop connect() to a socket file, nor does
-    # Landlock (up to ABI 7) — only the seccomp layer does.
-    tmp_path.chmod(0o755)
-    path = str(tmp_path / "service.sock")
+                         [("all", True), ("namespaces", True), ("landlock", False), ("seccomp", True), ("none", False)])
+def test_unix_socket_of_a_host_service(layers, blocked, shared_dir):
+    # Like Ray's raylet socket, reachable by the sandbox's user: Landlock (up to ABI 7) does not stop
+    # connect() to a socket file; seccomp does, and under namespaces the file is not in the sandbox's root.
+    path = str(shared_dir / "service.sock")
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(path)
+        os.chmod(path, 0o777)
         listener.listen()
         result = _run(_CONNECT_UNIX.format(path=path), _config(layers))
         assert ("CONNECTED" not in result.output_tail) == blocked
@@ -322,7 +346,8 @@ except OSError as error:
 def test_signal_to_a_host_process(layers, blocked):
     if layers == "landlock" and sandbox_boot.landlock_abi() < 6:
         pytest.skip("Landlock scopes signals from ABI 6 on")
-    victim = subprocess.Popen(["sleep", "30"])
+    # The victim runs as the sandbox's user, so that only the isolation layers stand in the way.
+    victim = subprocess.Popen(["sleep", "30"], preexec_fn=_as_sandbox_user)
     try:
         _run(_KILL.format(pid=victim.pid), _config(layers))
         time.sleep(0.1)
@@ -332,14 +357,13 @@ def test_signal_to_a_host_process(layers, blocked):
         victim.wait()
 
 
-def test_missing_unshare_falls_back_with_a_warning(monkeypatch, tmp_path, caplog):
-    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no unshare to find
+def test_running_without_namespaces_warns_and_names_the_risk(caplog):
     isolation_plan.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="workers.reward.sandbox"):
-            plan = isolation_plan_for(SandboxConfig(use_landlock=False, use_seccomp=False))
-        assert plan.unshare_command == () and plan.layers == ("rlimits",)
-        assert "cannot use namespaces here (the unshare command is missing)" in caplog.text
+            plan = isolation_plan_for(SandboxConfig(use_namespaces=False, use_landlock=False, use_seccomp=False))
+        assert plan.layers == ("rlimits",)
+        assert "WITHOUT namespaces" in caplog.text and "may read every file" in caplog.text
     finally:
         isolation_plan.cache_clear()
 
@@ -350,9 +374,10 @@ def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
     program = tmp_path / "program.py"
     program.write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
     spec = sandbox_boot.BootSpec(
-        program=str(program), workdir=str(tmp_path / "missing"), unshare_command=[], landlock=True, seccomp=False,
-        isolate_network=True, cpu_seconds=2, memory_bytes=256 << 20, file_size_bytes=1 << 20, max_processes=4,
-        workdir_bytes=1 << 20, status_fd=-1,
+        program=str(program), workdir=str(tmp_path / "missing"), root_dir=str(tmp_path), namespaces=False,
+        landlock=True, seccomp=False, isolate_network=True, cpu_seconds=2, memory_bytes=256 << 20,
+        file_size_bytes=1 << 20, max_processes=4, workdir_bytes=1 << 20, wall_timeout_s=10.0, status_fd=-1,
+        keep_fds=[], exposed_paths=sandbox_boot.default_exposed_paths(),
     )
     if sandbox_boot.landlock_abi() < 1:
         pytest.skip("Landlock does not work on this machine")
