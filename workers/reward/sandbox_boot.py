@@ -413,12 +413,23 @@ def _kill_every_descendant() -> None:
 
 
 def _children_of(pid: int) -> list[int]:
+    if os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # CONFIG_PROC_CHILDREN
+        children = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as listing:
+                    children.extend(int(child) for child in listing.read().split())
+            except OSError:
+                continue
+        return children
     children = []
-    for task in os.listdir(f"/proc/{pid}/task"):
+    for entry in os.listdir("/proc"):
         try:
-            with open(f"/proc/{pid}/task/{task}/children") as listing:
-                children.extend(int(child) for child in listing.read().split())
-        except OSError:
+            with open(f"/proc/{entry}/stat") as stat:
+                # "pid (comm) state ppid …": comm may hold spaces and parentheses, so split after the last ")"
+                if entry.isdigit() and int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    children.append(int(entry))
+        except (OSError, ValueError, IndexError):
             continue
     return children
 
