@@ -36,6 +36,8 @@ _PROBE_TIMEOUT_S = 10.0
 # The probe imports a module the boot process has not loaded: the standard library must be readable.
 _PROBE_PROGRAM = "import fractions\nprint('sandbox-ok', fractions.Fraction(1, 2))\n"
 _OUTPUT_TAIL_BYTES = 4096
+_EXPOSED_PATHS = sandbox_boot.default_exposed_paths()
+_HIDDEN_PATHS = sandbox_boot.default_hidden_paths(_EXPOSED_PATHS)
 _GROUP_EXIT_TIMEOUT_S = 5.0
 # Without namespaces the supervisor inside enforces the wall clock (and kills every descendant); the
 # parent's own kill comes this much later, so that it never orphans them first.
@@ -183,7 +185,8 @@ def _boot_spec(config: SandboxConfig, plan: IsolationPlan, program: str, root: P
         wall_timeout_s=config.wall_timeout_s,
         status_fd=status_fd,
         keep_fds=list(keep_fds),
-        exposed_paths=sandbox_boot.default_exposed_paths(),
+        exposed_paths=_EXPOSED_PATHS,
+        hidden_paths=_HIDDEN_PATHS,
     )
 
 

@@ -19,7 +19,8 @@ With namespaces (four processes, each waiting for the next):
    uid 0 (owner of a 0700 ``/root`` that may hold the interpreter) it builds a minimal root: a
    skeleton directory with bind mounts of ``/usr`` (+ the ``/bin``-style links) and the base
    interpreter's prefix only; ``pivot_root`` into it, so the repository, virtualenv, datasets, home
-   directories, ``/tmp`` and every socket file of the host are not there at all. Then it becomes
+   directories, ``/tmp`` and every socket file of the host are not there at all; the Python package
+   directories inside what is exposed (``site-packages``, ``dist-packages``) are covered by empty mounts. Then it becomes
    namespace root (host ``nobody``) and forks *init*, PID 1 of the new PID namespace.
 3. *init*: mounts ``/proc``, a size-limited tmpfs at ``/work``; remounts every other mount
    read-only (``mount_setattr``, recursive); the OOM score; no-new-privileges; Landlock; seccomp;
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import glob
 import builtins
 import ctypes
 import json
@@ -58,8 +60,8 @@ from dataclasses import asdict, dataclass
 SETUP_FAILED_EXIT = 120
 SETUP_FAILED_MARKER = "sandbox setup failed:"
 NOBODY = 65534  # the host uid/gid the sandbox runs as when the scorer is root
-INSIDE_WORKDIR = "/work"
-TIMED_OUT_REPORT = "timeout"  # what the supervisor reports on status_fd when it killed the program at the wall clock  # the working directory as the program sees it under namespaces
+INSIDE_WORKDIR = "/work"  # the working directory as the program sees it under namespaces
+TIMED_OUT_REPORT = "timeout"  # the supervisor's report on status_fd when it killed the program at the wall clock
 
 # Syscall numbers shared by x86-64 and arm64 (the generic table numbers these recent syscalls alike).
 _SYS_MOUNT_SETATTR = 442
@@ -148,6 +150,7 @@ class BootSpec:
     status_fd: int  # write end of the pipe for the program's wait status
     keep_fds: list[int]  # extra descriptors the program inherits (e.g. a call channel)
     exposed_paths: list[str]  # host directories visible (read-only) in the minimal root
+    hidden_paths: list[str]  # directories inside those that are covered by an empty tmpfs
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -201,6 +204,18 @@ def seccomp_arch() -> str | None:
     """The machine name if the seccomp filter knows its syscall numbers, else None."""
     machine = os.uname().machine
     return machine if machine in _SECCOMP_ARCHES else None
+
+
+def default_hidden_paths(exposed_paths: list[str]) -> list[str]:
+    """Python package directories inside the exposed paths: installed packages include datasets
+    (HumanEval's own tests and solutions ship in one), and the program needs only the standard library."""
+    patterns = ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+                "local/lib/python3*/site-packages", "local/lib/python3*/dist-packages")
+    hidden = []
+    for path in exposed_paths:
+        for pattern in patterns:
+            hidden.extend(sorted(glob.glob(os.path.join(path, pattern))))
+    return [path for path in dict.fromkeys(hidden) if os.path.isdir(path)]
 
 
 def default_exposed_paths() -> list[str]:
@@ -339,6 +354,8 @@ def _init_stage(spec: BootSpec, source: str, new_root: str) -> int:
     # as the uid we are about to take (it shows as 0 here) and counts; else only we will.
     tasks_already_charged = 2 if os.getuid() == 0 else 1
     _become_namespace_root()
+    for path in spec.hidden_paths:
+        _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=4096,mode=0555")
     _make_filesystem_read_only()
     # The tmpfs comes after the read-only remount, so it stays writable; and after becoming namespace
     # root, so that its root directory belongs to the program.

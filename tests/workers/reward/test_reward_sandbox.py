@@ -377,7 +377,7 @@ def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
         program=str(program), workdir=str(tmp_path / "missing"), root_dir=str(tmp_path), namespaces=False,
         landlock=True, seccomp=False, isolate_network=True, cpu_seconds=2, memory_bytes=256 << 20,
         file_size_bytes=1 << 20, max_processes=4, workdir_bytes=1 << 20, wall_timeout_s=10.0, status_fd=-1,
-        keep_fds=[], exposed_paths=sandbox_boot.default_exposed_paths(),
+        keep_fds=[], exposed_paths=["/usr"], hidden_paths=[],
     )
     if sandbox_boot.landlock_abi() < 1:
         pytest.skip("Landlock does not work on this machine")
@@ -440,6 +440,8 @@ def test_the_minimal_root_holds_no_repository_virtualenv_or_dataset():
             print("DATASET IMPORTED")
         except ImportError:
             print("no dataset")
+        for packages in {sandbox_boot.default_hidden_paths(sandbox_boot.default_exposed_paths())!r}:
+            print("packages", packages, os.listdir(packages))
         print("uid", os.getuid(), "real host uid", open("/proc/self/uid_map").read().split())
         """,
         _config("all"),
@@ -447,6 +449,9 @@ def test_the_minimal_root_holds_no_repository_virtualenv_or_dataset():
     assert result.exit_code == 0, result.output_tail
     assert "repo visible False" in result.output_tail and "venv visible False" in result.output_tail
     assert "no dataset" in result.output_tail
+    # The base interpreter's own package directories are covered too (datasets may be installed there).
+    packages = [line for line in result.output_tail.splitlines() if line.startswith("packages")]
+    assert packages and all(line.endswith(" []") for line in packages)
     host_uid = str(sandbox_boot.NOBODY if os.geteuid() == 0 else os.geteuid())
     assert f"'0', '{host_uid}', '1'" in result.output_tail
 
