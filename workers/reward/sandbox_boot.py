@@ -692,7 +692,11 @@ def _program_environment(workdir: str) -> dict[str, str]:
 def _fork_program(spec: BootSpec, source: str, workdir: str, exposed: bool) -> int:
     pid = os.fork()
     if pid == 0:
-        os._exit(_exec_program(spec, source, workdir, exposed))
+        exit_code = 1
+        try:
+            exit_code = _exec_program(spec, source, workdir, exposed)
+        finally:
+            os._exit(exit_code)
     _close_fds(spec.keep_fds)
     return pid
 
@@ -717,8 +721,13 @@ def _exec_program(spec: BootSpec, source: str, workdir: str, exposed: bool) -> i
     except SystemExit as exit_request:
         exit_code = _exit_code_of(exit_request)
     except BaseException:  # noqa: BLE001 - as the interpreter: print it, exit 1
-        traceback.print_exc()
         exit_code = 1
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001 - e.g. the output file is full (EFBIG)
+            pass
+    # Never raise from here: this process is a fork of the boot stages, and an exception would run
+    # their code (and exit status) instead of the program's.
     try:
         atexit._run_exitfuncs()
         sys.stdout.flush()

@@ -517,3 +517,90 @@ def test_a_daemon_outlives_nothing_when_the_wall_clock_kills_the_program():
     assert result.timed_out
     time.sleep(0.2)
     assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
+
+
+# --- attacks the full sandbox stops (each prints what it achieved) -------------------------------------
+
+def test_resource_limits_cannot_be_raised():
+    result = _run(
+        """
+        import resource
+        for limit in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC, resource.RLIMIT_NOFILE):
+            try:
+                resource.setrlimit(limit, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+                print("RAISED", limit)
+            except (ValueError, OSError) as error:
+                print("refused", limit)
+        """,
+        _config("all"),
+    )
+    assert result.exit_code == 0, result.output_tail
+    assert "RAISED" not in result.output_tail and result.output_tail.count("refused") == 4
+
+
+def test_kill_all_and_ptrace_do_not_reach_the_host():
+    victim = subprocess.Popen(["sleep", "30"], preexec_fn=_as_sandbox_user)
+    try:
+        result = _run(
+            f"""
+            import ctypes, os, signal
+            libc = ctypes.CDLL(None, use_errno=True)
+            PTRACE_ATTACH = 16
+            attached = libc.ptrace(PTRACE_ATTACH, {victim.pid}, None, None)
+            print("ptrace", "ATTACHED" if attached == 0 else "refused")
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process it may signal, but itself and its init
+            except ProcessLookupError:
+                pass  # none: in its PID namespace there is nobody else
+            print("still here")
+            """,
+            _config("all"),
+        )
+        time.sleep(0.1)
+        assert "ptrace refused" in result.output_tail and "still here" in result.output_tail
+        assert victim.poll() is None  # the host process of the same user lives
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_foreign_abi_syscalls_kill_the_program_and_io_uring_is_refused():
+    x32 = _run("import ctypes\nctypes.CDLL(None).syscall(0x40000000 | 39)\nprint('X32 RAN')\n", _config("all"))
+    assert x32.exit_code == -signal.SIGSYS and "X32 RAN" not in x32.output_tail
+    io_uring = _run(
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        params = ctypes.create_string_buffer(120)
+        fd = libc.syscall(425, 8, params)
+        print("io_uring", "SET UP" if fd >= 0 else f"refused {ctypes.get_errno()}")
+        """,
+        _config("all"),
+    )
+    assert "io_uring refused 13" in io_uring.output_tail
+
+
+def test_huge_output_and_a_full_disk_stay_bounded():
+    started = time.monotonic()
+    flood = _run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", _config("all"))
+    # The output file stops at file_size_mb (EFBIG: Python ignores SIGXFSZ), and only its tail comes back.
+    assert flood.exit_code == 1 and not flood.timed_out
+    assert len(flood.output_tail) <= 4096 and time.monotonic() - started < LIMITS["wall_timeout_s"] + 5
+    fill = _run(
+        """
+        import errno, itertools
+        written = 0
+        for index in itertools.count():
+            try:
+                with open(f"fill-{index}.bin", "wb") as part:
+                    for _ in range(4):
+                        part.write(b"x" * (1 << 20))
+                        written += 1
+            except OSError as error:
+                print("stopped", errno.errorcode[error.errno], "at_mb", written)
+                break
+        """,
+        _config("all"),
+    )
+    assert "stopped ENOSPC" in fill.output_tail  # the tmpfs working directory is full at workdir_mb
+    assert _number_after("at_mb", fill.output_tail) <= LIMITS["workdir_mb"]
