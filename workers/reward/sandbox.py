@@ -3,7 +3,10 @@
 The child starts as ``sandbox_boot.py`` (which applies the isolation layers, then runs the
 program); this module chooses the layers, runs the child in its own session and throwaway temp
 directory, enforces the wall-clock limit by killing the whole process group (and with it, in the
-namespace mode, the PID namespace), and captures the tail of the output.
+namespace mode, the PID namespace; without namespaces the boot process, a subreaper, kills every
+descendant first), and captures the tail of the output. ``sandboxed_python`` yields while the
+program runs, so that a caller can talk to it over descriptors it passes in (the code verifier's
+call channel); ``run_python_in_sandbox`` just runs a program to its end.
 
 Which layers work here is found once per process and configuration by running a tiny program
 under them; a layer that cannot work here is dropped with a warning, never silently.
