@@ -3,7 +3,9 @@
 Rule: the completion's *leading* integer (after optional whitespace, with an optional sign) must
 equal ``problem.answer`` as an integer. The prompt already ends in "=", so the model's first token
 is the answer; whatever follows (an end marker, junk after it) is ignored. A completion that does
-not start with an integer scores 0.
+not start with an integer scores 0, and so does one that starts by repeating the question ("23+0=…":
+its leading integer would be the question's). A digit flood cannot win: the integer must equal the
+reference exactly.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ def verify_arithmetic(completion: str, problem: Problem) -> float:
     gold = _LEADING_INTEGER.fullmatch(problem.answer.strip())
     if gold is None:
         raise CheckError(f"arithmetic problem {problem.id} has non-integer answer {problem.answer!r}")
+    if problem.prompt.strip() and completion.lstrip().startswith(problem.prompt.strip()):
+        return 0.0
     answer = _LEADING_INTEGER.match(completion)
     return 1.0 if answer is not None and _canonical(answer) == _canonical(gold) else 0.0
 

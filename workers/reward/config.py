@@ -13,14 +13,17 @@ class SandboxConfig(BaseModel):
 
     Isolation layers (each can be switched off, e.g. to measure what it blocks):
     - ``use_namespaces``: fresh user, mount, PID, IPC (and, with ``isolate_network``, network)
-      namespaces via ``unshare``; the whole filesystem is remounted read-only and the working
-      directory is a private size-limited tmpfs. Falls back (logged) where user namespaces are denied.
+      namespaces; namespace root is host ``nobody`` when the scorer is root; the program sees a
+      minimal read-only root (``/usr``, the standard library) and a private size-limited tmpfs as
+      its working directory. Falls back (with a warning naming the risk) where they are denied;
+      without them a supervisor kills every descendant and, as root, the program runs as ``nobody``.
     - ``use_landlock``: Linux Landlock denies writes outside the working directory, TCP connect/bind
       (with ``isolate_network``) and signals to processes outside the sandbox. Skipped (logged) on
       kernels without Landlock.
     - ``use_seccomp``: a seccomp filter makes ``socket()`` fail — every family with
       ``isolate_network``, else all but internet sockets — so that unix sockets of host services
-      (Ray's raylet, Docker) are out of reach; also ``io_uring``. x86-64 and arm64.
+      (Ray's raylet, Docker) are out of reach; also ``io_uring`` and memory outside the address
+      space (``memfd_create``, SysV shm and message queues). x86-64 and arm64.
     The resource limits always apply; see workers/reward/README.md for what each layer blocks.
     """
 
@@ -51,7 +54,7 @@ class SandboxConfig(BaseModel):
         True, description="Restrict writes, TCP and signals with Landlock when the kernel has it."
     )
     use_seccomp: bool = Field(
-        True, description="Deny socket() (but internet sockets when the network is allowed) and io_uring."
+        True, description="Deny socket() (but internet sockets when the network is allowed), io_uring, memfd, SysV IPC."
     )
 
 
@@ -72,6 +75,23 @@ class RewardConfig(BaseModel):
             "Hard wall-clock limit of one non-code check (code checks get sandbox.wall_timeout_s plus a grace); "
             "past it the verifier process is killed and replaced, and the completion scores 0 as a timeout."
         ),
+    )
+    reasoning_gym_partial_credit: bool = Field(
+        False,
+        description=(
+            "Pay reasoning-gym tasks' partial scores. Off: only full marks count, because many tasks pay for an "
+            "answer that merely contains the gold one (listing candidates) or 0.01 for any answer."
+        ),
+    )
+    fail_fast_error_fraction: float | None = Field(
+        0.95, gt=0, le=1,
+        description=(
+            "Stop the run (VerifierBroken) when at least this fraction of one batch's checks of a domain end in a "
+            "verifier error (timeouts excluded: those are the completion's doing); None never stops."
+        ),
+    )
+    fail_fast_min_checks: int = Field(
+        8, ge=1, le=100000, description="A domain's checks in one batch below which fail-fast does not judge."
     )
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 

@@ -16,6 +16,8 @@ from workers.reward.sandbox import isolation_plan_for
 # Headroom of the hard limit of a code check over the sandbox's own wall clock: interpreter start,
 # namespace set-up and clean-up happen outside the sandbox's timer.
 CODE_CHECK_GRACE_S = 5.0
+VERIFIER_NAMES = {"math": "verify_math", "code": "verify_code", "choice": "verify_choice",
+                  "arithmetic": "verify_arithmetic", "reasoning_gym": "verify_reasoning_gym"}
 
 
 def verify_completion(completion: str, problem: Problem, config: RewardConfig) -> float:
@@ -30,7 +32,7 @@ def verify_completion(completion: str, problem: Problem, config: RewardConfig) -
         case "arithmetic":
             return verify_arithmetic(completion, problem)
         case "reasoning_gym":
-            return verify_reasoning_gym(completion, problem)
+            return verify_reasoning_gym(completion, problem, partial_credit=config.reasoning_gym_partial_credit)
     raise ValueError(f"problem {problem.id}: no verifier for domain {problem.domain!r}")
 
 

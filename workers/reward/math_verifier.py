@@ -1,13 +1,19 @@
 """Math domain: the completion's final answer against the reference, compared by math-verify.
 
-Which part of the completion is the final answer (first rule that yields a parsable answer wins):
-1. the last ``\\boxed{…}``;
-2. the rest of the line after the last "answer is" / "answer:";
+An echo of the question is removed first. Which part of the completion is then the final answer
+(first rule that yields a parsable answer wins):
+1. a box: if the completion has one, only the box counts — its last ``\\boxed{…}``, and only when
+   every box holds the same answer (``\\boxed{1} … \\boxed{2}`` commits to nothing, nor does ``\\boxed{}``);
+2. the rest of the line after the last "answer is" / "answer:" (up to ", since …" / the sentence's end);
 3. the rest of the line after the last ``=`` — small models restate the question
    ("36 + 22 = 58"), so the first number is the question, the last expression the answer;
-4. the last number in the completion (integer, decimal, thousands commas, or a/b).
+4. the last number in the completion (integer, decimal, thousands commas, or a/b), unless it ends a
+   list ("1, 2", "1 or 2").
+Against a reference that is one value, an answer that lists several ("1, 2", "1 or 2", ``1 \\lor 2``,
+``1;2``, ``\\pm 2``; math-verify would take the last of them) scores 0, as does one longer than
+``MAX_ANSWER_CHARS`` or with a run of more digits than ``MAX_DIGITS`` (more than the reference's).
 math-verify then parses that text (LaTeX or plain) and compares it symbolically with the reference
-(so 1/2, 0.5 and \\frac{2}{4} agree).
+(so 1/2, 0.5 and \\frac{2}{4} agree); a set or tuple never equals a single value.
 
 math-verify bounds each parse and comparison with ``signal.alarm``: it works only on the main
 thread of a process (``RewardScorer`` runs checks in worker processes for that reason), and a step
@@ -23,11 +29,22 @@ import time
 from math_verify import parse, verify
 
 from workers.problem import Problem
-from workers.reward.final_answer import last_boxed
+from workers.reward.final_answer import NO_BOX, single_boxed, without_echo
 from workers.reward.results import CheckError, CheckTimeout
 
 _ANSWER_PHRASE = re.compile(r"answer\s*(?:is|:)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?")
+MAX_ANSWER_CHARS = 300
+MAX_DIGITS = 40
+_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+# What separates several candidate values in one answer (at any depth: "\{1, 2\}" lists two as well).
+_SEVERAL_VALUES = re.compile(r",|;|\\lor|\\vee|\\land|\\wedge|\\cup|\\&|&|\\\\|\\quad|\\qquad|\\pm|\\mp"
+                             r"|\bor\b|\band\b", re.IGNORECASE)
+_ENDS_A_LIST = re.compile(r"(?:,|;|&|\bor\b|\band\b|\\lor|\\vee)\s*\$?\s*$", re.IGNORECASE)
+# Where the answer of rules 2 and 3 ends: before ", since …", "and we are done", the sentence's end.
+_CLAUSE_AFTER_ANSWER = re.compile(r",\s+(?=[A-Za-z]{2})|\s+(?:and|so|since|because|which|as)\s+(?=[A-Za-z]{2})"
+                                  r"|\.(?:\s|$)", re.IGNORECASE)
+_DIGIT_RUN = re.compile(r"\d+")
 
 
 def verify_math(completion: str, problem: Problem, *, timeout_s: int = 3) -> float:
@@ -37,7 +54,13 @@ def verify_math(completion: str, problem: Problem, *, timeout_s: int = 3) -> flo
     gold = _parse_timed(_as_latex(problem.answer), timeout_s)
     if not gold:
         raise CheckError(f"math-verify cannot parse the reference answer {problem.answer!r} of problem {problem.id}")
-    for candidate in final_answer_candidates(completion):
+    single_value = not _lists_several_values(problem.answer)
+    longest_gold_digits = max((len(run) for run in _DIGIT_RUN.findall(problem.answer)), default=0)
+    for candidate in final_answer_candidates(without_echo(completion, problem.prompt)):
+        if (len(candidate) > MAX_ANSWER_CHARS or (single_value and _lists_several_values(candidate))
+                or max((len(run) for run in _DIGIT_RUN.findall(candidate)), default=0)
+                > max(MAX_DIGITS, longest_gold_digits)):
+            return 0.0  # the completion's final answer is a hedge or a digit flood: no other rule may rescue it
         predicted = _parse_timed(candidate, timeout_s)
         if predicted:
             return 1.0 if _verify_timed(gold, predicted, timeout_s) else 0.0
@@ -46,17 +69,26 @@ def verify_math(completion: str, problem: Problem, *, timeout_s: int = 3) -> flo
 
 def final_answer_candidates(completion: str) -> list[str]:
     """Texts that may hold the final answer, most trusted first (rules 1–4 of the module docstring)."""
+    boxed = single_boxed(completion)
+    if boxed is not NO_BOX:
+        return [f"\\boxed{{{boxed}}}"]  # a box decides alone (an empty one, for boxes that disagree)
     candidates = []
-    boxed = last_boxed(completion)
-    if boxed is not None:
-        candidates.append(f"\\boxed{{{boxed}}}")
     for marker in (_last_match_end(_ANSWER_PHRASE, completion), _rfind_end(completion, "=")):
         if marker is not None:
-            candidates.append(_as_latex_if_bare(_rest_of_line(completion, marker)))
-    numbers = _NUMBER.findall(completion)
+            answer = _rest_of_line(completion, marker)
+            clause = _CLAUSE_AFTER_ANSWER.search(answer)
+            candidates.append(_as_latex_if_bare(answer[:clause.start()] if clause else answer))
+    numbers = list(_NUMBER.finditer(completion))
     if numbers:
-        candidates.append(numbers[-1])
+        last = numbers[-1]
+        line_start = completion.rfind("\n", 0, last.start()) + 1
+        if not _ENDS_A_LIST.search(completion[line_start:last.start()]):
+            candidates.append(last.group())
     return candidates
+
+
+def _lists_several_values(text: str) -> bool:
+    return bool(_SEVERAL_VALUES.search(_THOUSANDS_COMMA.sub("", text)))
 
 
 def _last_match_end(pattern: re.Pattern[str], text: str) -> int | None:

@@ -3,7 +3,12 @@
 ``problem.metadata["dataset"]`` names the task and ``metadata["entry"]`` is the generated entry (a
 dict with ``question``, ``answer``, ``metadata``). The answer handed to the scorer is, in order:
 the last ``<answer>…</answer>`` (reasoning-gym's own prompt format), the last ``\\boxed{…}``, the
-last non-empty line. Scorers may give partial credit; the result is clamped to [0, 1].
+last non-empty line (after removing an echo of the question).
+
+Only a full score counts unless ``partial_credit`` is on: many tasks' scorers pay for listing
+candidates (the default ``score_answer`` gives ``len(gold) / len(answer)`` to any answer that
+*contains* the gold one, so "1 2 3 4 5 6 7 8 9" earns 1/17 against "7"), and some pay 0.01 for any
+answer at all. With ``partial_credit`` the task's score is used as is, clamped to [0, 1].
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ import reasoning_gym
 from reasoning_gym.utils import extract_answer
 
 from workers.problem import Problem
-from workers.reward.final_answer import last_boxed
+from workers.reward.final_answer import last_boxed, without_echo
 from workers.reward.results import CheckError
 
+_FULL_MARKS = 1.0 - 1e-9  # a scorer's float arithmetic may land just below 1
 
-def verify_reasoning_gym(completion: str, problem: Problem) -> float:
-    """The task's own score of the completion's answer, in [0, 1]."""
+
+def verify_reasoning_gym(completion: str, problem: Problem, *, partial_credit: bool = False) -> float:
+    """1.0 if the task's own scorer gives the completion's answer full marks, else 0.0 (or, with
+    ``partial_credit``, the task's score in [0, 1])."""
     dataset = problem.metadata.get("dataset")
     entry = problem.metadata.get("entry")
     if not isinstance(dataset, str) or not isinstance(entry, Mapping):
@@ -29,10 +37,12 @@ def verify_reasoning_gym(completion: str, problem: Problem) -> float:
             f"reasoning_gym problem {problem.id} needs metadata['dataset'] (a task name) "
             "and metadata['entry'] (a dict)"
         )
-    score = _score_answer_fn(dataset)(answer=submitted_answer(completion), entry=dict(entry))
-    score = float(score)
+    answer = submitted_answer(without_echo(completion, problem.prompt))
+    score = float(_score_answer_fn(dataset)(answer=answer, entry=dict(entry)))
     if math.isnan(score):
         raise CheckError(f"reasoning_gym task {dataset!r} returned NaN")
+    if not partial_credit:
+        return 1.0 if score >= _FULL_MARKS else 0.0
     return min(max(score, 0.0), 1.0)
 
 

@@ -14,6 +14,11 @@ class CheckTimeout(CheckError):
     """A check ran out of time; it scores 0 and counts as failed and as a timeout."""
 
 
+class VerifierBroken(RuntimeError):
+    """(Almost) every check of a batch failed with a verifier error: training on its zeros would be silent
+    garbage, so the run stops (``RewardConfig.fail_fast_error_fraction``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class RewardResult:
     """The reward of one completion. ``error`` says why a check gave no verdict (then score is 0)."""

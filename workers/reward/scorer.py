@@ -9,12 +9,13 @@ from collections.abc import Sequence
 from workers.problem import Problem
 from workers.reward.config import RewardConfig
 from workers.reward.dispatch import (
+    VERIFIER_NAMES,
     check_deadline_s,
     prepare_verifier_process,
     probe_sandbox,
     verify_completion,
 )
-from workers.reward.results import RewardBatchStats, RewardResult
+from workers.reward.results import RewardBatchStats, RewardResult, VerifierBroken
 from workers.reward.verifier_pool import VerifierPool
 
 logger = logging.getLogger(__name__)
@@ -25,7 +26,9 @@ class RewardScorer:
 
     A verifier error or timeout scores 0 and is reported in ``RewardResult.error`` (and counted by
     ``RewardBatchStats``); a check that hangs is killed at its deadline (``check_timeout_s``, or the
-    sandbox's wall clock plus a grace for code). Use as a context manager, or call ``close()``.
+    sandbox's wall clock plus a grace for code). But when (almost) every check of a domain in one batch
+    ends in a verifier error, the verifier itself is broken: ``score`` raises ``VerifierBroken`` naming
+    it and its first error (``fail_fast_error_fraction``). Use as a context manager, or call ``close()``.
     """
 
     def __init__(self, config: RewardConfig):
@@ -51,7 +54,22 @@ class RewardScorer:
             first_error = next(result.error for result in results if result.error is not None)
             logger.warning("reward: %d of %d checks failed (%d timeouts), e.g. %s", self.last_batch_stats.n_failed,
                            self.last_batch_stats.n, self.last_batch_stats.n_timeout, first_error)
+            self._fail_fast(results, problems)
         return results
+
+    def _fail_fast(self, results: Sequence[RewardResult], problems: Sequence[Problem]) -> None:
+        threshold = self.config.fail_fast_error_fraction
+        if threshold is None:
+            return
+        for domain in sorted({problem.domain for problem in problems}):
+            checks = [result for result, problem in zip(results, problems) if problem.domain == domain]
+            errors = [result.error for result in checks if result.error is not None and not result.timed_out]
+            if len(checks) >= self.config.fail_fast_min_checks and len(errors) >= threshold * len(checks):
+                raise VerifierBroken(
+                    f"reward: the {domain} verifier ({VERIFIER_NAMES[domain]}) failed on {len(errors)} of "
+                    f"{len(checks)} checks of this batch (fail_fast_error_fraction={threshold:g}); first error: "
+                    f"{errors[0]}"
+                )
 
     def close(self) -> None:
         self._pool.close()

@@ -3,7 +3,7 @@ import pytest
 from workers.problem import Problem
 from workers.reward.actor import RewardWorker
 from workers.reward.config import RewardConfig
-from workers.reward.results import RewardBatchStats, RewardResult
+from workers.reward.results import RewardBatchStats, RewardResult, VerifierBroken
 
 CONFIG = RewardConfig(num_workers=1)
 
@@ -42,6 +42,10 @@ def test_ray_actors_score_a_batch_whole_and_split():
         futures = [w.score.remote(completions[i * chunk:(i + 1) * chunk], problems[i * chunk:(i + 1) * chunk])
                    for i, w in enumerate(workers)]
         assert [r for part in ray.get(futures) for r in part] == whole
+        # A broken verifier stops the caller (the training loop's ray.get) with its name and first error.
+        broken = [Problem(id=f"mc{i}", prompt="Pick", answer="?", domain="choice") for i in range(8)]
+        with pytest.raises(VerifierBroken, match="verify_choice.*one letter"):
+            ray.get(workers[0].score.remote(["A"] * 8, broken))
         ray.get([w.close.remote() for w in workers])
     finally:
         ray.shutdown()

