@@ -89,6 +89,18 @@ def test_exclusions_and_explicit_trials(write_spec) -> None:
     assert len({t.name for t in trials}) == len(trials)
 
 
+def test_each_method_runs_at_its_own_lrs(write_spec) -> None:
+    spec = load_spec(write_spec(grid={"method": ["none", "ets", "gmts"], "ratio": [0.2], "lr": [1e-4],
+                                      "lr_by_method": {"gmts": [3e-5, 3e-4]}}))
+    points = grid_points(spec)
+    assert [(p["method"], p["lr"]) for p in points] == [("none", 1e-4), ("ets", 1e-4), ("gmts", 3e-5), ("gmts", 3e-4)]
+    trials = expand(spec)
+    assert [t.config.learner.lr for t in trials] == [1e-4, 1e-4, 3e-5, 3e-4]
+    assert trials[3].point == {"method": "gmts", "ratio": 0.2, "lr": 3e-4}
+    with pytest.raises(ConfigError, match=r"lr_by_method.*gmts\[0\]=-1"):
+        load_spec(write_spec(grid={"method": ["gmts"], "ratio": [0.2], "lr_by_method": {"gmts": [-1]}}))
+
+
 def test_everything_excluded_is_an_error(write_spec) -> None:
     spec = load_spec(write_spec(grid={"method": ["ets"], "ratio": [0.2]}, exclude=[{"method": "ets"}]))
     with pytest.raises(ConfigError, match="no trial"):
