@@ -19,6 +19,8 @@ from rich.table import Table
 from sweeps.ablation import BASE, AblationResults, Cell, method_rank, mode_rank
 
 PERCENT = 100.0
+# Metrics that are not fractions of problems: shown as they are, not in percent.
+RAW_METRICS = ("kl_to_base", "response_length")
 ALL_TOKENS = "all"
 LEGEND = ("mean ± half-width of the 95 % t interval over seeds; Δ = GMTS − ETS paired by seed, ± its interval; "
           "each arm at its lr chosen on validation")
@@ -46,19 +48,21 @@ class WideTable:
 
     @property
     def title(self) -> str:
-        return f"{self.metric} (%) — model {self.model_size}, {self.algorithm}; {self.seeds}; {LEGEND}"
+        unit = "" if self.metric in RAW_METRICS else " (%)"
+        return f"{self.metric}{unit} — model {self.model_size}, {self.algorithm}; {self.seeds}; {LEGEND}"
 
 
 def format_cell(cell: Cell | None) -> str:
     if cell is None:
         return ""
-    text = f"{cell.mean * PERCENT:.1f}"
+    scale, digits = (1.0, 3) if cell.metric in RAW_METRICS else (PERCENT, 1)
+    text = f"{cell.mean * scale:.{digits}f}"
     if cell.ci_high is not None:
-        text += f" ± {(cell.ci_high - cell.mean) * PERCENT:.1f}"
+        text += f" ± {(cell.ci_high - cell.mean) * scale:.{digits}f}"
     if cell.delta_vs_ets is not None:
-        text += f" (Δ {cell.delta_vs_ets * PERCENT:+.1f}"
+        text += f" (Δ {cell.delta_vs_ets * scale:+.{digits}f}"
         if cell.delta_ci_high is not None:
-            text += f" ± {(cell.delta_ci_high - cell.delta_vs_ets) * PERCENT:.1f}"
+            text += f" ± {(cell.delta_ci_high - cell.delta_vs_ets) * scale:.{digits}f}"
         text += ")"
     return text
 

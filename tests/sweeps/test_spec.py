@@ -125,8 +125,11 @@ def test_shipped_cpu_specs_expand(name: str) -> None:
 
 def test_cpu_ablation_grid_size() -> None:
     trials = expand(load_spec("cpu-ablation"))
-    # (1 baseline + 2 methods × 9 ratios × 2 modes) × 2 sizes × 2 algorithms × 2 seeds
-    assert len(trials) == (1 + 2 * 9 * 2) * 2 * 2 * 2
+    # (1 baseline + 2 methods × 9 ratios × 2 modes + random × 9 ratios, top only) × 2 sizes × 2 algorithms × 2 seeds
+    assert len(trials) == (1 + 2 * 9 * 2 + 9) * 2 * 2 * 2
+    assert {(t.point["method"], t.point.get("mode")) for t in trials} >= {("random", "top"), ("ets", "bottom"),
+                                                                          ("gmts", "bottom")}
+    assert not any(t.point["method"] == "random" and t.point.get("mode") == "bottom" for t in trials)
     assert {t.config.model.size_label for t in trials} == {"tiny-s", "tiny-m"}
     assert {t.config.algorithm.name for t in trials} == {"grpo", "dapo"}
 
