@@ -22,10 +22,10 @@ def test_unknown_grid_axis_is_named(write_spec) -> None:
 
 
 def test_unknown_axis_in_explicit_trials_is_named(write_spec) -> None:
-    path = write_spec(trials=[{"method": "ets", "ratio": 0.2, "lr": 1e-3}])
+    path = write_spec(trials=[{"method": "ets", "ratio": 0.2, "temperature": 0.5}])
     with pytest.raises(ConfigError) as excinfo:
         load_spec(path)
-    assert "trials[0]" in str(excinfo.value) and "lr" in str(excinfo.value)
+    assert "trials[0]" in str(excinfo.value) and "temperature" in str(excinfo.value)
 
 
 def test_ratio_zero_is_named(write_spec) -> None:
