@@ -1,46 +1,96 @@
-"""Learning efficiency on the toy task: accuracy after a fixed wall-clock RL budget for none / ETS / GMTS.
+"""Learning efficiency on the toy task: test accuracy after the same number of RL steps, per arm, at the lr that
+suits each arm, with 95 % intervals over seeds.
 
-cpu-tiny-s (2-digit addition, the tiny Qwen2 after its cached supervised warm-up: every run starts
-from the same base policy), ρ = 0.2 top for ETS and GMTS, ≥ 3 seeds. Each run trains until its RL
-steps' own time (Σ ``time/step``: rollout, reward, learner update, weight sync, the loop's overhead)
-reaches the budget, then evaluates greedily on the held-out split
-(``training_runs.run_loop_for_seconds``). The figure per method is that final accuracy, mean ±
-sample std over seeds, with the steps the budget bought — the honest CPU analogue of the paper's
-headline: the same time, which method learns more. Runs are interleaved seed by seed, methods rotated.
+cpu-tiny-s (2-digit addition; every run starts from the one deterministic, checksummed warm-up base). An
+*arm* is a named selection method or recipe plus config overrides, and a small lr grid. Every arm runs every lr for every seed, a
+fixed number of RL steps (not a wall-clock budget, which the machine's load would change); each arm's lr is
+the one with the best mean *validation* accuracy over seeds (``arithmetic_val``, disjoint from the test
+split), and the figure is its *test* accuracy there (``arithmetic``, 1,173 problems), mean and Student-t 95 %
+interval over seeds. Differences between arms are paired by seed (both at their own chosen lr) with their
+own t interval, whatever their sign.
 
-The seed is ``training.seed`` (the prompt order, ``PromptSampler``, and the rollout sampling seeds,
-``seed · 1_000_003 + group id``) and ``learner.seed`` (the mini-batch shuffle). The report checks it:
-the first step's rollouts come before any update, so runs of one seed must score them identically
-whatever the method, and runs of different seeds must not.
+Arms: ``none`` (all tokens); ``ets-release`` and ``gmts-release``, the GMTS release's recipes (the paper's
+own setting: ETS over the optimiser step's mini-batch, GMTS within each prompt group); ``random`` (ρ random
+tokens per group, the control that separates "fewer tokens" from "the right tokens"); and ETS/GMTS at each
+other's population (matched-scope pairs ``ets@group``, ``gmts@mini_batch``). ρ = 0.2, top.
 
-``--smoke`` runs one seed with a zero budget (one step, then the stop-and-resume path) per method.
+The seed is ``training.seed`` (prompt order, rollout sampling seeds) and ``learner.seed`` (mini-batch shuffle).
+Runs are interleaved seed by seed, arms rotated. The full grid is hours on 2 cores; a reduced one is chosen with
+environment variables, and the report says which ran: ``GMTS_LE_SEEDS=0,1,2``, ``GMTS_LE_STEPS=30``,
+``GMTS_LE_ARMS=none,ets-release,gmts-release``, ``GMTS_LE_LRS=1e-4`` (one grid for every arm).
+
+``--smoke`` runs one seed, one lr, two steps of two arms without the warm-up.
 """
 
 from __future__ import annotations
 
-import statistics
+import os
 from collections import defaultdict
+from dataclasses import dataclass
 
 from benchmarks.ray_session import start_local_ray
 from benchmarks.report import BenchmarkResult, Figure
-from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop_for_seconds
+from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop
+from sweeps.statistics import Estimate, paired_difference, t_interval
+from workers.learner.recipes import RECIPES
 
-# ETS and GMTS in the GMTS release's published settings (workers/learner/recipes.py), as the specs run them.
-METHODS = ("none", "ets-release", "gmts-release")
 PRESET = "cpu-tiny-s"
-METRIC = "eval/arithmetic/accuracy"
+TEST_METRIC = "eval/arithmetic/accuracy"
+VALIDATION_METRIC = "eval/arithmetic_val/accuracy"
+RATIO = ("selection.ratio=0.2", "selection.mode=top")
 # What the first step's rollouts scored: equal within a seed (no update yet), different across seeds.
 FIRST_STEP_KEYS = ("train/accuracy", "reward/mean", "train/response_length")
 
 
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    method: str  # a selection method, or a named recipe (workers/learner/recipes.py)
+    overrides: tuple[str, ...] = ()
+
+    def config_overrides(self) -> list[str]:
+        if self.method in RECIPES:
+            return [f"selection.recipe={self.method}", *self.overrides]
+        # The preset's own recipe fixes the method: clear it to run a plain method.
+        return ["selection.recipe=null", f"selection.method={self.method}", *self.overrides]
+
+
+ARMS = (
+    Arm("none", "none", ("selection.ratio=null",)),
+    # ETS and GMTS in the paper's own setting, the GMTS release's recipes: ETS over the optimiser step's
+    # mini-batch, GMTS within each prompt group.
+    Arm("ets-release", "ets-release", RATIO),
+    Arm("gmts-release", "gmts-release", RATIO),
+    Arm("random", "random", (*RATIO, "selection.scope=group")),
+    Arm("ets@group", "ets", (*RATIO, "selection.scope=group")),  # matched to gmts-release's population
+    Arm("gmts@mini_batch", "gmts", (*RATIO, "selection.scope=mini_batch")),  # matched to ets-release's
+)
+# (a, b): the differences a − b the report gives, when both arms ran.
+COMPARISONS = (("gmts-release", "ets-release"), ("gmts-release", "none"), ("ets-release", "none"),
+               ("random", "none"), ("gmts-release", "random"), ("gmts-release", "ets@group"),
+               ("gmts@mini_batch", "ets-release"))
+FULL = {"seeds": [0, 1, 2, 3, 4], "steps": 150, "lrs": [5e-5, 1e-4, 2e-4], "arms": [a.name for a in ARMS]}
+
+
 def settings_for(smoke: bool) -> dict:
     if smoke:
-        return {"seeds": [0], "budget_seconds": 0.0, "max_steps": 2, "methods": ("none", "gmts-release"),
+        return {"seeds": [0], "steps": 2, "lrs": [1e-4], "arms": ["none", "gmts-release"], "reduced": "smoke",
                 "overrides": ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
-                              "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"]}
-    # The preset's RL step (128 prompts × 8, 4 optimiser steps) and eval set (300 held-out problems,
-    # greedy). ≈ 1.4 s per step on an idle machine: 150 s buys ≈ 100 steps; max_steps is only a cap.
-    return {"seeds": [0, 1, 2], "budget_seconds": 150.0, "max_steps": 1000, "methods": METHODS, "overrides": []}
+                              "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8",
+                              "data.eval.arithmetic_val.limit=8", "evaluation.compare_to_base=false"]}
+    chosen = {
+        "seeds": [int(s) for s in os.environ["GMTS_LE_SEEDS"].split(",")] if "GMTS_LE_SEEDS" in os.environ else FULL["seeds"],
+        "steps": int(os.environ.get("GMTS_LE_STEPS", FULL["steps"])),
+        "lrs": [float(x) for x in os.environ["GMTS_LE_LRS"].split(",")] if "GMTS_LE_LRS" in os.environ else FULL["lrs"],
+        "arms": os.environ["GMTS_LE_ARMS"].split(",") if "GMTS_LE_ARMS" in os.environ else FULL["arms"],
+        "overrides": [],
+    }
+    unknown = set(chosen["arms"]) - {a.name for a in ARMS}
+    if unknown:
+        raise ValueError(f"GMTS_LE_ARMS: unknown arms {sorted(unknown)}; arms are {[a.name for a in ARMS]}")
+    chosen["reduced"] = "no (the full grid)" if all(chosen[k] == FULL[k] for k in FULL) else \
+        f"yes: {', '.join(f'{k}={chosen[k]}' for k in FULL if chosen[k] != FULL[k])} (full: {FULL})"
+    return chosen
 
 
 def run(smoke: bool) -> dict:
@@ -48,71 +98,86 @@ def run(smoke: bool) -> dict:
     import ray
 
     cfg = settings_for(smoke)
-    methods = cfg["methods"]
-    runs: dict[str, list[LoopRun]] = defaultdict(list)
+    arms = [a for a in ARMS if a.name in cfg["arms"]]
+    # (arm, lr) → seed → the run's final metrics
+    finals: dict[tuple[str, float], dict[int, dict[str, float]]] = defaultdict(dict)
     per_run: list[dict] = []
     start_local_ray()
     try:
         for index, seed in enumerate(cfg["seeds"]):
-            shift = index % len(methods)
-            for method in methods[shift:] + methods[:shift]:
-                chosen = ["selection.recipe=null", "selection.method=none"] if method == "none" else [
-                    f"selection.recipe={method}"]
-                overrides = cfg["overrides"] + chosen + [f"training.seed={seed}",
-                                                f"learner.seed={seed}"]
-                overrides += ["selection.ratio=null"] if method == "none" else ["selection.ratio=0.2", "selection.mode=top"]
-                result = run_loop_for_seconds(PRESET, overrides, cfg["budget_seconds"], cfg["max_steps"])
-                runs[method].append(result)
-                per_run.append({
-                    "method": method, "seed": seed, "accuracy": result.final_metrics[METRIC],
-                    "initial_accuracy": result.initial_metrics.get(METRIC), "steps": len(result.history),
-                    "rl_seconds": result.rl_seconds, "budget_reached": result.budget_reached,
-                    "wall_seconds": result.wall_seconds, "median_step_s": result.median("time/step"),
-                    "first_step": {k: result.history[0].get(k) for k in FIRST_STEP_KEYS},
-                    "train_accuracy_last_step": result.history[-1].get("train/accuracy"),
-                })
+            shift = index % len(arms)
+            for arm in arms[shift:] + arms[:shift]:
+                for lr in cfg["lrs"]:
+                    overrides = cfg["overrides"] + arm.config_overrides() + [
+                        f"learner.lr={lr}", f"training.seed={seed}", f"learner.seed={seed}"]
+                    result: LoopRun = run_loop(PRESET, overrides, cfg["steps"])
+                    finals[(arm.name, lr)][seed] = result.final_metrics
+                    per_run.append({"arm": arm.name, "method": arm.name, "lr": lr, "seed": seed,
+                                    "steps": len(result.history), "wall_seconds": result.wall_seconds,
+                                    "base_accuracy": result.initial_metrics.get("base/accuracy"),
+                                    "first_step": {k: result.history[0].get(k) for k in FIRST_STEP_KEYS},
+                                    **result.final_metrics})
     finally:
         ray.shutdown()
 
+    chosen_lr = {arm.name: _best_lr(finals, arm.name, cfg["lrs"]) for arm in arms}
+    test = {name: {seed: m[TEST_METRIC] for seed, m in finals[(name, lr)].items()} for name, lr in chosen_lr.items()}
     figures: list[Figure] = []
-    accuracy = {m: [r.final_metrics[METRIC] for r in runs[m]] for m in methods}
-    for method in methods:
-        values, done = accuracy[method], runs[method]
-        steps = [len(r.history) for r in done]
-        spread = f"± {statistics.stdev(values):.3f} (sample std)" if len(values) > 1 else "one seed"
-        figures.append(Figure(
-            f"{method}: accuracy after the budget (mean over {len(values)} seeds)", statistics.fmean(values), "",
-            f"{spread}; seeds {[round(v, 3) for v in values]}; steps {steps}; "
-            f"RL {statistics.fmean(r.rl_seconds for r in done):.0f} s, whole run {statistics.fmean(r.wall_seconds for r in done):.0f} s"))
-    base = statistics.fmean(accuracy["none"])
-    for method in methods[1:]:
-        paired = [a - b for a, b in zip(accuracy[method], accuracy["none"], strict=True)]
-        figures.append(Figure(f"{method} − none: accuracy", statistics.fmean(accuracy[method]) - base, "",
-                              f"difference of means (fraction of problems); per seed {[round(d, 3) for d in paired]}"))
-    initial = {r["initial_accuracy"] for r in per_run}
-    figures.append(Figure("base policy accuracy (step-0 evaluation of every run)",
-                          next(iter(initial)) if len(initial) == 1 else None, "",
-                          "the same in every run" if len(initial) == 1 else f"differs between runs: {sorted(initial)}"))
-    for method in methods[1:]:
-        figures.append(Figure(f"{method} ÷ none: RL steps the budget bought",
-                              statistics.fmean(len(r.history) for r in runs[method])
-                              / statistics.fmean(len(r.history) for r in runs["none"]), "×",
-                              "mean steps; the step time differs by the selection cost and by the answers' lengths"))
+    for arm in arms:
+        estimate = t_interval(list(test[arm.name].values()))
+        lr_curve = "; ".join(f"lr {lr:g}: val {_mean(finals, arm.name, lr, VALIDATION_METRIC):.3f}, "
+                             f"test {_mean(finals, arm.name, lr, TEST_METRIC):.3f}" for lr in cfg["lrs"])
+        drift = {key.rsplit("/", 1)[1]: _mean(finals, arm.name, chosen_lr[arm.name], key)
+                 for key in ("eval/arithmetic/changed_vs_base", "eval/arithmetic/kl_to_base")
+                 if all(key in m for m in finals[(arm.name, chosen_lr[arm.name])].values())}
+        figures.append(Figure(f"{arm.name}: test accuracy at its lr {chosen_lr[arm.name]:g} (chosen on validation)",
+                              estimate.mean, "", f"{_interval(estimate)}; per seed {_per_seed(test[arm.name])}; "
+                              f"lr curve (means over seeds): {lr_curve}; vs base: {drift}"))
+    for a, b in COMPARISONS:
+        if a in test and b in test:
+            difference = paired_difference(test[a], test[b])
+            if difference is not None:
+                per_seed = {s: test[a][s] - test[b][s] for s in sorted(set(test[a]) & set(test[b]))}
+                figures.append(Figure(f"{a} − {b}: test accuracy, paired by seed", difference.mean, "",
+                                      f"{_interval(difference)}; per seed {_per_seed(per_seed)}"))
+    bases = {entry["base_accuracy"] for entry in per_run}
+    figures.append(Figure("base policy test accuracy (step-0 evaluation of every run)",
+                          next(iter(bases)) if len(bases) == 1 else None, "",
+                          f"the same in all {len(per_run)} runs" if len(bases) == 1 else f"differs: {sorted(bases)}"))
     figures += _seed_check(per_run)
     return BenchmarkResult(
-        title="accuracy after a fixed wall-clock RL budget: none vs ETS vs GMTS top-20 % (cpu-tiny-s)",
-        settings={"preset": PRESET, "budget_seconds_of_rl": cfg["budget_seconds"], "max_steps": cfg["max_steps"],
-                  "seeds": cfg["seeds"], "methods": list(methods), "ratio": 0.2, "overrides": cfg["overrides"],
-                  "rl_step": rl_step_shape(PRESET, cfg["overrides"]),
-                  "metric": METRIC + " (greedy, held-out)",
-                  "budget": "Σ time/step (rollout + reward + learner + sync + loop overhead); actor start-up, "
-                            "evaluations and checkpoint writes are outside it"},
-        figures=figures, measurements={"runs": per_run},
+        title="test accuracy after a fixed number of RL steps, each arm at its validation-chosen lr (cpu-tiny-s)",
+        settings={"preset": PRESET, "seeds": cfg["seeds"], "rl_steps": cfg["steps"], "lr_grid": cfg["lrs"],
+                  "arms": {a.name: a.config_overrides() for a in arms}, "reduced": cfg["reduced"],
+                  "overrides": cfg["overrides"], "rl_step": rl_step_shape(PRESET, cfg["overrides"]),
+                  "metric": f"{TEST_METRIC} (greedy, 1,173 held-out problems); lr chosen on {VALIDATION_METRIC}",
+                  "interval": "Student-t 95 % over seeds (sweeps.statistics)"},
+        figures=figures, measurements={"runs": per_run, "chosen_lr": chosen_lr},
     ).as_dict()
 
 
+def _best_lr(finals: dict, arm: str, lrs: list[float]) -> float:
+    """The lr with the best mean validation accuracy over seeds (ties: the smaller lr). Never the test metric."""
+    return max(lrs, key=lambda lr: (_mean(finals, arm, lr, VALIDATION_METRIC), -lr))
+
+
+def _mean(finals: dict, arm: str, lr: float, key: str) -> float:
+    values = [m[key] for m in finals[(arm, lr)].values() if key in m]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _interval(estimate: Estimate) -> str:
+    if estimate.low is None:
+        return "1 seed, no interval"
+    return f"95 % t interval [{estimate.low:.3f}, {estimate.high:.3f}] (± {estimate.half_width:.3f}), n = {estimate.n}"
+
+
+def _per_seed(values: dict[int, float]) -> str:
+    return ", ".join(f"{seed}: {value:.3f}" for seed, value in sorted(values.items()))
+
+
 def _seed_check(per_run: list[dict]) -> list[Figure]:
-    """The first step's rollouts: one signature per seed (all methods alike), a different one for every seed."""
+    """The first step's rollouts: one signature per seed (all arms and lrs alike), a different one per seed."""
     by_seed: dict[int, set] = defaultdict(set)
     for entry in per_run:
         by_seed[entry["seed"]].add(tuple(entry["first_step"][k] for k in FIRST_STEP_KEYS))
@@ -121,7 +186,7 @@ def _seed_check(per_run: list[dict]) -> list[Figure]:
     distinct_across = len(set(firsts)) == len(firsts)
     detail = "; ".join(f"seed {seed}: " + ", ".join(f"{k}={v:.4g}" for k, v in zip(FIRST_STEP_KEYS, sig))
                        for seed, signatures in sorted(by_seed.items()) for sig in sorted(signatures))
-    return [Figure("seed check: first-step rollouts identical across methods within each seed", str(same_within), "",
+    return [Figure("seed check: first-step rollouts identical across arms within each seed", str(same_within), "",
                    detail),
             Figure("seed check: first-step rollouts differ between seeds", str(distinct_across) if len(firsts) > 1
                    else "n/a (one seed)", "", f"{len(firsts)} seeds")]

@@ -28,11 +28,12 @@ LEARNER_KEYS = ("time/train_step_s", "time/forward_s", "time/selection_and_loss_
 
 def settings_for(smoke: bool) -> dict:
     # Plain methods at the preset's population (scope group): the preset's recipe is cleared.
-    common = ["data.eval.arithmetic.limit=32", "selection.recipe=null", "selection.scope=group", "selection.ratio=0.2"]
+    common = ["data.eval.arithmetic.limit=32", "data.eval.arithmetic_val.limit=32", "selection.recipe=null",
+              "selection.scope=group", "selection.ratio=0.2"]
     if smoke:  # two runs: every train() pays its actors' start-up (tens of seconds on 2 cores)
         return {"steps": 2, "rounds": 1, "methods": ("none", "gmts_exact"),
                 "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
-                                       "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"]}
+                                       "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8", "data.eval.arithmetic_val.limit=8"]}
     return {"steps": 8, "rounds": 3, "methods": METHODS, "overrides": common}
 
 

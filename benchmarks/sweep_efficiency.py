@@ -33,7 +33,7 @@ PRESET = "cpu-tiny-s"
 
 
 def settings_for(smoke: bool) -> dict:
-    overrides = {"evaluation.interval": 0, "checkpoint.interval": 0, "data.eval.arithmetic.limit": 32,
+    overrides = {"evaluation.interval": 0, "checkpoint.interval": 0, "data.eval.arithmetic.limit": 32, "data.eval.arithmetic_val.limit": 32,
                  # with the driver's 0.01 CPU, a trial's placement group is exactly 2 CPUs
                  "resources.cpus_per_rollout_actor": 0.99}
     if smoke:

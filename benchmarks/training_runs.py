@@ -90,9 +90,19 @@ def run_loop(preset: str, overrides: list[str], steps: int, work_dir: Path | Non
         started = time.perf_counter()
         result = train(config)
         wall = time.perf_counter() - started
+        initial = _step_zero_metrics(f"sqlite:///{tmp}/mlflow.db", result.run_id)
     logger.info("loop run %s %s: %.0f s", preset, overrides, wall)
     return LoopRun(overrides=overrides, history=result.history, final_metrics=result.final_metrics,
-                   wall_seconds=wall)
+                   wall_seconds=wall, initial_metrics=initial)
+
+
+def _step_zero_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
+    """What the run logged before its first update: the base's evaluation (``eval/…`` and ``base/…``)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri)
+    return {key: metric.value for key in client.get_run(run_id).data.metrics if key.startswith(("eval/", "base/"))
+            for metric in client.get_metric_history(run_id, key) if metric.step == 0}
 
 
 class _BudgetSpent(Exception):
@@ -112,8 +122,6 @@ def run_loop_for_seconds(preset: str, overrides: list[str], budget_seconds: floa
     run reports the RL seconds it actually used. ``wall_seconds`` covers both calls (start-ups, evaluations,
     checkpoint writes).
     """
-    from mlflow.tracking import MlflowClient
-
     from orchestrator.config_loader import load_experiment
     from orchestrator.train import train
 
@@ -135,9 +143,7 @@ def run_loop_for_seconds(preset: str, overrides: list[str], budget_seconds: floa
             result = train(load_experiment(preset, [f"training.steps={len(history)}", *common]), resume=True)
             reached = True
         wall = time.perf_counter() - started
-        client = MlflowClient(f"sqlite:///{tmp}/mlflow.db")
-        initial = {key: metric.value for key in client.get_run(result.run_id).data.metrics if key.startswith("eval/")
-                   for metric in client.get_metric_history(result.run_id, key) if metric.step == 0}
+        initial = _step_zero_metrics(f"sqlite:///{tmp}/mlflow.db", result.run_id)
     if result.steps != len(history):
         raise RuntimeError(f"the resumed run ended at step {result.steps}, the budget stopped it at {len(history)}")
     run = LoopRun(overrides=overrides, history=history, final_metrics=result.final_metrics, wall_seconds=wall,

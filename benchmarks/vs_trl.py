@@ -61,10 +61,10 @@ def scales(smoke: bool) -> list[Scale]:
     if smoke:
         return [Scale("tiny-s", "cpu-tiny-s", steps=2, rounds=1, trl_threads=(1,),
                       extra=("warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
-                             "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8"))]
+                             "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8", "data.eval.arithmetic_val.limit=8"))]
     return [
         Scale("tiny-s", "cpu-tiny-s", steps=10, rounds=2, trl_threads=(1, 2),
-              extra=("data.eval.arithmetic.limit=32",)),
+              extra=("data.eval.arithmetic.limit=32", "data.eval.arithmetic_val.limit=32",)),
         # ≈ 20-40 s per iteration: 8 iterations per run, 7 steady ones per side (the first pays one-time costs).
         Scale("smollm2-135m", "cpu-smollm2", steps=8, rounds=1, trl_threads=(1, 2),
               extra=("data.eval.gsm8k.limit=2",)),

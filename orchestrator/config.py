@@ -95,6 +95,9 @@ class EvaluationConfig(_Strict):
     greedy: bool = Field(True, description="Greedy decoding (one answer per problem); else k samples at the rollout temperature.")
     k: int = Field(1, ge=1, description="Samples per problem when not greedy: avg@k and unbiased pass@k.")
     max_problems: int | None = Field(None, ge=1, description="Cap per validation set (None = all).")
+    seed: int = Field(0, description="Seeds sampled (non-greedy) evaluation per prompt: the same weights give the same score.")
+    compare_to_base: bool = Field(True, description="Also log eval/<set>/changed_vs_base and kl_to_base (one extra "
+                                  "sample per problem at step 0 and one learner forward per evaluation).")
 
     @model_validator(mode="after")
     def _greedy_means_one_sample(self) -> EvaluationConfig:

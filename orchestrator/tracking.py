@@ -65,6 +65,11 @@ class RunTracker:
         logger.info("MLflow run %s in %s (%s)", run.info.run_id, tracking.experiment, self.uri)
         return run.info.run_id
 
+    def log_base_checksum(self, checksum: str | None) -> None:
+        """Tag the run with its base policy's weight checksum: two runs with the same tag started from the
+        same weights, bit for bit (``orchestrator.base_policy``)."""
+        self.client.set_tag(self.run_id, "base/checksum", checksum or "unrecorded (a downloaded checkpoint)")
+
     def reopen(self) -> None:
         """Mark a resumed run as running again (it may have been left FAILED or RUNNING by a crash)."""
         self.client.update_run(self.run_id, status=RunStatus.to_string(RunStatus.RUNNING))

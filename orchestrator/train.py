@@ -23,12 +23,12 @@ import torch
 from transformers import AutoTokenizer
 
 from orchestrator import checkpointing
-from orchestrator.base_policy import prepare_policy
+from orchestrator.base_policy import policy_checksum, prepare_policy
 from orchestrator.cluster import actor_runtime_env, connect
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator.data import PromptSampler, load_dataset
-from orchestrator.evaluation import evaluate
+from orchestrator.evaluation import BASE_REFERENCE_FILE, BaseReference, base_metrics, base_reference, evaluate
 from orchestrator.resources import bundle_index, run_bundles
 from orchestrator.rollout_step import advantages_of, collect
 from orchestrator.tracking import RunTracker
@@ -161,14 +161,17 @@ def train(
             # engine and its learner on different GPUs.
             own_group = placement_group = _reserve_bundles(config)
         policy_dir = prepare_policy(config)
+        tracker.log_base_checksum(policy_checksum(config, policy_dir))
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
         sampler = PromptSampler(load_dataset(config.data.train), config.data.prompts_per_step, seed=config.training.seed)
         eval_sets = {name: load_dataset(spec) for name, spec in config.data.eval.items()}
         workers = _start_workers(config, policy_dir, placement_group)
 
+        base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
+
         def run_eval() -> dict[str, float]:
             return evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
-                            config.evaluation)
+                            config.evaluation, base, workers.learners)[0]
 
         start_step, next_group_id = 0, 0
         if restored:
@@ -177,9 +180,17 @@ def train(
             sampler.load_state_dict(state["sampler"])
             start_step, next_group_id = state["step"], state["next_group_id"]
             workers.sync_weights()
+            if (run_dir / BASE_REFERENCE_FILE).is_file():
+                base = BaseReference.load(run_dir / BASE_REFERENCE_FILE)
             logger.info("Resumed from %s (step %d)", folder, start_step)
         else:
-            initial = run_eval()
+            initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
+                                        config.data.prompt_template, config.evaluation)
+            if config.evaluation.compare_to_base and eval_sets:
+                base = base_reference(eval_sets, answers, workers.rollout, workers.learners, tokenizer,
+                                      config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
+                base.save(run_dir / BASE_REFERENCE_FILE)
+            initial.update(base_metrics(initial))
             tracker.log_step(0, initial)
             logger.info("step 0 | %s", _fmt(initial))
 

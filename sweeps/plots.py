@@ -1,7 +1,10 @@
 """The sweep's figures (PNG, matplotlib's Agg backend: no display needed).
 
-- accuracy vs selection ratio, one panel per benchmark × mode (top / bottom), a line per method
-  (mean ± std over seeds) and the full-token baseline as a dashed line;
+- accuracy vs selection ratio, one panel per test benchmark × mode (top / bottom), a line per method
+  (mean and 95 % t interval over seeds, each arm at its lr chosen on validation), the full-token
+  baseline as a dashed line and the base policy as a dotted one;
+- accuracy vs learning rate (when an arm has several): one panel per benchmark, validation and test,
+  a line per arm, the lr each arm's validation mean chose circled;
 - learning curves: per-step training metrics, mean over seeds, one line per method/mode/ratio;
 - entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch, with the
   within-answer Spearman correlation (the paper's motivating figure).
@@ -18,11 +21,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 
-from sweeps.ablation import AblationResults, method_rank
+from sweeps.ablation import BASE, AblationResults, Cell, method_rank
 
-METHOD_COLORS = {"none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange", "random": "tab:green",
-                 "ets-release": "tab:cyan", "ets-8020": "tab:olive", "ets-trl": "tab:gray", "gmts-release": "tab:pink",
-                 "gmts-paper": "tab:brown"}
+METHOD_COLORS = {"base": "k", "none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange",
+                 "random": "tab:green", "ets-release": "tab:cyan", "ets-8020": "tab:olive", "ets-trl": "tab:gray",
+                 "gmts-release": "tab:pink", "gmts-paper": "tab:brown"}
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
 
@@ -46,7 +49,7 @@ class Curve:
 
 
 def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "accuracy") -> list[Path]:
-    cells = [c for c in results.cells if c.metric == metric]
+    cells = [c for c in results.cells if c.metric == metric and c.split == "test" and c.selected]
     sections = sorted({(c.model_size, c.algorithm) for c in cells})
     paths = []
     for model_size, algorithm in sections:
@@ -60,6 +63,8 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
                 ax = axes[row][col]
                 for cell in (c for c in mine if c.benchmark == benchmark and c.method == "none"):
                     ax.axhline(cell.mean, color=METHOD_COLORS["none"], linestyle="--", label="none (all tokens)")
+                for cell in (c for c in mine if c.benchmark == benchmark and c.method == BASE):
+                    ax.axhline(cell.mean, color="k", linestyle=":", label="base (step 0)")
                 methods = sorted({c.method for c in mine if c.mode == mode and c.ratio is not None}, key=method_rank)
                 for method in methods:
                     points = sorted(
@@ -67,7 +72,7 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
                         key=lambda c: c.ratio,
                     )
                     ax.errorbar(
-                        [c.ratio for c in points], [c.mean for c in points], yerr=[c.std or 0.0 for c in points],
+                        [c.ratio for c in points], [c.mean for c in points], yerr=[_half_width(c) for c in points],
                         marker="o", capsize=3, color=METHOD_COLORS.get(method), label=method,
                     )
                 ax.set_title(f"{benchmark} — {mode} ρ")
@@ -77,11 +82,49 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
                 ax.grid(alpha=0.3)
                 if ax.has_data():
                     ax.legend(fontsize=8)
-        fig.suptitle(f"{metric} vs selection ratio — model {model_size}, {algorithm}\n(mean ± std over seeds)")
+        fig.suptitle(f"{metric} vs selection ratio — model {model_size}, {algorithm}\n(mean, 95 % t interval over seeds)")
         fig.tight_layout()
         suffix = "" if len(sections) == 1 else f"_{model_size}_{algorithm}"
         paths.append(_save(fig, folder / f"accuracy_vs_ratio{suffix}.png"))
     return paths
+
+
+def accuracy_vs_lr(results: AblationResults, path: Path, metric: str = "accuracy") -> Path | None:
+    """The whole lr curve of every arm that was run at more than one lr (None when none was)."""
+    cells = [c for c in results.cells if c.metric == metric and c.lr is not None and c.method != BASE]
+    arms: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        arms.setdefault((cell.model_size, cell.algorithm, cell.method, cell.mode, cell.ratio), []).append(cell)
+    arms = {arm: mine for arm, mine in arms.items() if len({c.lr for c in mine}) > 1}
+    if not arms:
+        return None
+    panels = sorted({(c.split != "validation", c.benchmark) for mine in arms.values() for c in mine})
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.2), squeeze=False)
+    for ax, (is_test, benchmark) in zip(axes[0], panels, strict=True):
+        for (model_size, algorithm, method, mode, ratio), mine in sorted(arms.items(), key=lambda kv: method_rank(kv[0][2])):
+            points = sorted((c for c in mine if c.benchmark == benchmark), key=lambda c: c.lr)
+            if not points:
+                continue
+            label = method if ratio is None else f"{method} {mode} {ratio:g}"
+            color = METHOD_COLORS.get(method)
+            ax.errorbar([c.lr for c in points], [c.mean for c in points], yerr=[_half_width(c) for c in points],
+                        marker="o", capsize=3, color=color, label=f"{label} ({model_size}, {algorithm})")
+            for chosen in (c for c in points if c.selected):
+                ax.plot([chosen.lr], [chosen.mean], "o", markersize=12, markerfacecolor="none", color=color)
+        ax.set_xscale("log")
+        ax.set_title(f"{benchmark} ({'test' if is_test else 'validation'})")
+        ax.set_xlabel("learner lr")
+        ax.set_ylabel(metric)
+        ax.grid(alpha=0.3)
+        if ax.has_data():
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{metric} vs learning rate (mean, 95 % t interval over seeds; circled: chosen on validation)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _half_width(cell: Cell) -> float:
+    return 0.0 if cell.ci_high is None else cell.ci_high - cell.mean
 
 
 def learning_curves(curves: list[Curve], path: Path) -> Path | None:

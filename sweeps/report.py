@@ -88,6 +88,13 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
         (folder / name).write_text(text)
         report.files.append(folder / name)
     report.files += plots.accuracy_vs_ratio(results, folder, metric)
+    lr_curve = plots.accuracy_vs_lr(results, folder / "accuracy_vs_lr.png", metric)
+    if lr_curve is not None:
+        report.files.append(lr_curve)
+    if any(not c.selected and c.split == "test" for c in results.cells) and not any(
+            c.split == "validation" for c in results.cells):
+        report.notes.append("arms with several lrs but no validation benchmark: no lr chosen (the table would "
+                            "otherwise pick on test); add an eval set with split: validation")
     curves = plots.learning_curves(learning_curves(client, runs), folder / "learning_curves.png")
     if curves is not None:
         report.files.append(curves)

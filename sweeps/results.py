@@ -2,7 +2,9 @@
 
 A trial's grid point comes from the short params ``orchestrator.train`` logs on every run
 (``method, scope, denominator, ratio, mode, model_size, algorithm, seed``), falling back to the flattened
-config keys. ``method`` is a reference recipe's name when the trial ran one.
+config keys, plus the learner's lr. ``method`` is a reference recipe's name when the trial ran one. Its
+step-0 ``base/…`` metrics give the table's base row; eval sets on a validation split
+(``data.eval.<name>.split``) are marked, so the report chooses lrs on them and never shows them as test.
 The full-token baseline (``method=none``) has no ratio and no mode, whatever its config says.
 """
 
@@ -30,8 +32,12 @@ PARAM_SOURCES: dict[str, tuple[str, ...]] = {
     "model_size": ("model_size", "model.size"),
     "algorithm": ("algorithm", "algorithm.name"),
     "seed": ("seed", "training.seed"),
+    "lr": ("learner.lr",),
 }
 EVAL_METRIC = re.compile(r"^eval/(?P<benchmark>[^/]+)/(?P<metric>[^/]+)$")
+# The step-0 evaluation of the base policy, logged again under its own name by orchestrator.train.
+BASE_METRIC = re.compile(r"^base/(?P<benchmark>[^/]+)/(?P<metric>[^/]+)$")
+EVAL_SPLIT_PARAM = re.compile(r"^data\.eval\.(?P<benchmark>[^.]+)\.split$")
 RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -50,6 +56,7 @@ class TrialPoint(BaseModel):
     model_size: str = "-"
     algorithm: str = "-"
     seed: int | None = None
+    lr: float | None = None  # learner.lr: arms can each have their own list (sweeps.spec)
 
 
 class TrialRecord(BaseModel):
@@ -58,6 +65,9 @@ class TrialRecord(BaseModel):
     status: str
     point: TrialPoint
     final: dict[str, float]  # eval/<benchmark>/<metric> → the last logged value
+    base: dict[str, float] = {}  # base/<benchmark>/<metric> → the base policy's (step-0) value
+    validation: list[str] = []  # benchmarks evaluated on a validation split (choose lrs, never reported as test)
+    base_checksum: str | None = None
 
 
 class SweepRuns(BaseModel):
@@ -127,8 +137,12 @@ def _trial_name(run: Run) -> str:
 
 def _record(run: Run) -> TrialRecord:
     final = {key: value for key, value in run.data.metrics.items() if EVAL_METRIC.match(key)}
+    base = {key: value for key, value in run.data.metrics.items() if BASE_METRIC.match(key)}
+    validation = sorted(match["benchmark"] for key, value in run.data.params.items()
+                        if (match := EVAL_SPLIT_PARAM.match(key)) and value == "validation")
     return TrialRecord(
-        run_id=run.info.run_id, name=_trial_name(run), status=run.info.status, point=_point(run.data.params), final=final
+        run_id=run.info.run_id, name=_trial_name(run), status=run.info.status, point=_point(run.data.params),
+        final=final, base=base, validation=validation, base_checksum=run.data.tags.get("base/checksum"),
     )
 
 
@@ -145,6 +159,7 @@ def _point(params: dict[str, str]) -> TrialPoint:
         model_size=raw["model_size"] if not _is_null(raw["model_size"]) else "-",
         algorithm=raw["algorithm"] if not _is_null(raw["algorithm"]) else "-",
         seed=None if _is_null(raw["seed"]) else int(raw["seed"]),
+        lr=None if _is_null(raw["lr"]) else float(raw["lr"]),
     )
 
 

@@ -31,8 +31,9 @@ AXIS_FIELDS: dict[str, str] = {
     "scope": "selection.scope",
     "algorithm": "algorithm.name",
     "seed": "training.seed",
+    "lr": "learner.lr",
 }
-AXES = ("method", "scope", "denominator", "ratio", "mode", "model_size", "algorithm", "seed")
+AXES = ("method", "scope", "denominator", "ratio", "mode", "model_size", "algorithm", "lr", "seed")
 # The full-token baseline selects nothing: these axes do not apply to it (one trial, not one per value).
 SELECTION_ONLY_AXES = ("ratio", "mode", "scope", "denominator")
 APPLY_TO_OF_DENOMINATOR = {denominator: apply_to for apply_to, denominator in DENOMINATORS.items()}
@@ -62,6 +63,29 @@ class GridAxes(_Strict):
     model_size: list[str] | None = Field(None, description="Experiment preset names, one per model size.")
     algorithm: list[Literal["grpo", "dapo"]] | None = None
     seed: list[int] | None = None
+    lr: list[float] | None = Field(None, description="Learner learning rates, for every method without its own list.")
+    lr_by_method: dict[str, list[float]] | None = Field(
+        None, description="Method → its own lr list (arms compared each at the lr that suits it; the report "
+        "chooses each arm's lr on a validation set). Methods not listed use `lr` (or the preset's).")
+
+    @field_validator("lr")
+    @classmethod
+    def _lrs_positive(cls, lrs: list[float] | None) -> list[float] | None:
+        for index, lr in enumerate(lrs or []):
+            if lr <= 0:
+                raise ValueError(f"lr[{index}]={lr} must be > 0")
+        return lrs
+
+    @field_validator("lr_by_method")
+    @classmethod
+    def _method_lrs_positive(cls, by_method: dict[str, list[float]] | None) -> dict[str, list[float]] | None:
+        for method, lrs in (by_method or {}).items():
+            if not lrs:
+                raise ValueError(f"{method}: give at least one lr (or leave the method out)")
+            for index, lr in enumerate(lrs):
+                if lr <= 0:
+                    raise ValueError(f"{method}[{index}]={lr} must be > 0")
+        return by_method
 
     @field_validator("method")
     @classmethod
@@ -120,9 +144,15 @@ class Trial(BaseModel):
 
 
 def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
-    """The grid's points in a stable order, 'none' collapsed over ratio/mode, exclusions applied."""
-    axes = {axis: values for axis, values in spec.grid.model_dump().items() if values is not None}
+    """The grid's points in a stable order, 'none' collapsed over ratio/mode, exclusions applied; a method
+    in ``lr_by_method`` runs at each of its own lrs instead of the ``lr`` axis."""
+    axes = {axis: values for axis, values in spec.grid.model_dump(exclude={"lr_by_method"}).items()
+            if values is not None}
     points: list[dict[str, Any]] = [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+    by_method = spec.grid.lr_by_method or {}
+    if by_method:
+        points = [point if point.get("method") not in by_method else {**point, "lr": lr}
+                  for point in points for lr in (by_method.get(point.get("method")) or [point.get("lr")])]
     points += [dict(point) for point in spec.trials]
     unique: list[dict[str, Any]] = []
     for point in points:

@@ -1,8 +1,11 @@
 """Paper-style views of the ablation cells: CSV (long, numeric), Markdown, HTML and rich tables.
 
-Wide layout, one table per (model size, algorithm): rows = method × mode, the method labelled with
-its scope and denominator (``ets-release [mini_batch, ÷all]``), columns = ratio × benchmark, cells ``mean ± std (Δ)`` in percent. The full-token baseline (method ``none``) has no
-ratio: its numbers are repeated under every ratio, as the reference line of each column.
+Wide layout, one table per (model size, algorithm): rows = the base policy, then method × mode, the method
+labelled with its scope and denominator (``ets-release [mini_batch, ÷all]``), columns = ratio × test
+benchmark, cells ``mean ± half-width of the 95 % t interval (Δ GMTS − ETS paired by seed ± its half-width)``
+in percent, each arm at the lr chosen on validation. The full-token baseline (method ``none``) and the base
+have no ratio: their numbers are repeated under every ratio, as the reference line of each column. The CSV
+keeps every cell (every lr, the validation benchmarks, the interval bounds).
 """
 
 from __future__ import annotations
@@ -14,11 +17,24 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from sweeps.ablation import AblationResults, Cell, method_rank, mode_rank
+from sweeps.ablation import BASE, AblationResults, Cell, method_rank, mode_rank
 
 PERCENT = 100.0
+# Metrics that are not fractions of problems: shown as they are, not in percent.
+RAW_METRICS = ("kl_to_base", "response_length")
 ALL_TOKENS = "all"
-LEGEND = "mean ± std over seeds (Δ = GMTS − ETS at the same ratio)"
+LEGEND = ("mean ± half-width of the 95 % t interval over seeds; Δ = GMTS − ETS paired by seed, ± its interval; "
+          "each arm at its lr chosen on validation")
+
+
+def seeds_label(cells: list[Cell]) -> str:
+    """How many seeds the table's cells rest on: "1 seed" says plainly that there is no interval."""
+    counts = sorted({c.n for c in cells if c.method != BASE})
+    if not counts:
+        return "no seeds"
+    if counts == [1]:
+        return "1 seed, no interval"
+    return f"n = {counts[0]} seeds" if len(counts) == 1 else f"n = {counts[0]}–{counts[-1]} seeds per cell"
 
 
 @dataclass(frozen=True)
@@ -29,26 +45,42 @@ class WideTable:
     columns: list[tuple[str, str]]  # (ratio label, benchmark)
     rows: list[tuple[str, str, list[str]]]  # (method label, mode label, one text per column)
 
+    seeds: str = ""
+
     @property
     def title(self) -> str:
-        return f"{self.metric} (%) — model {self.model_size}, {self.algorithm}; {LEGEND}"
+        unit = "" if self.metric in RAW_METRICS else " (%)"
+        return f"{self.metric}{unit} — model {self.model_size}, {self.algorithm}; {self.seeds}; {LEGEND}"
 
 
 def format_cell(cell: Cell | None) -> str:
     if cell is None:
         return ""
-    text = f"{cell.mean * PERCENT:.1f}"
-    if cell.std is not None:
-        text += f" ± {cell.std * PERCENT:.1f}"
+    scale, digits = (1.0, 3) if cell.metric in RAW_METRICS else (PERCENT, 1)
+    text = f"{cell.mean * scale:.{digits}f}"
+    if cell.ci_high is not None:
+        text += f" ± {(cell.ci_high - cell.mean) * scale:.{digits}f}"
     if cell.delta_vs_ets is not None:
-        text += f" (Δ {cell.delta_vs_ets * PERCENT:+.1f})"
+        text += f" (Δ {cell.delta_vs_ets * scale:+.{digits}f}"
+        if cell.delta_ci_high is not None:
+            text += f" ± {(cell.delta_ci_high - cell.delta_vs_ets) * scale:.{digits}f}"
+        text += ")"
     return text
 
 
 def wide_tables(results: AblationResults, metric: str = "accuracy") -> list[WideTable]:
-    cells = [c for c in results.cells if c.metric == metric]
+    # The result is the test benchmarks at each arm's chosen lr; validation numbers only choose that lr.
+    cells = [c for c in results.cells if c.metric == metric and c.split == "test"]
+    chosen = {_arm(c) for c in cells if c.selected}
+    # An arm with several lrs and no validation set to choose on shows every lr, each as its own row.
+    cells = [c if c.selected else c.model_copy(update={"method": f"{c.method} lr={c.lr:g}"})
+             for c in cells if c.selected or _arm(c) not in chosen]
     sections = sorted({(c.model_size, c.algorithm) for c in cells})
     return [_wide_table([c for c in cells if (c.model_size, c.algorithm) == s], *s, metric) for s in sections]
+
+
+def _arm(cell: Cell) -> tuple:
+    return (cell.model_size, cell.algorithm, cell.method, cell.mode, cell.ratio)
 
 
 def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str) -> WideTable:
@@ -66,7 +98,7 @@ def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str)
             cell = by_point.get((row, mode, label, benchmark)) or by_point.get((row, mode, None, benchmark))
             texts.append(format_cell(cell))
         rows.append((row, mode or "—", texts))
-    return WideTable(model_size, algorithm, metric, columns, rows)
+    return WideTable(model_size, algorithm, metric, columns, rows, seeds_label(cells))
 
 
 def _row_label(cell: Cell) -> str:
@@ -117,7 +149,7 @@ def to_html(results: AblationResults, tables: list[WideTable]) -> str:
 def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
     views = []
     for table in tables:
-        view = Table(title=f"model {table.model_size} · {table.algorithm}", title_justify="left")
+        view = Table(title=f"model {table.model_size} · {table.algorithm} · {table.seeds}", title_justify="left")
         view.add_column("method")
         view.add_column("mode")
         for ratio, benchmark in table.columns:
@@ -128,8 +160,9 @@ def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
     return views
 
 
-CSV_FIELDS = ("model_size", "algorithm", "method", "scope", "denominator", "mode", "ratio", "benchmark", "metric", "mean", "std", "n",
-              "delta_vs_ets", "seeds")
+CSV_FIELDS = ("model_size", "algorithm", "method", "scope", "denominator", "mode", "ratio", "lr", "selected",
+              "benchmark", "split", "metric", "mean", "std", "n", "ci_low", "ci_high", "delta_vs_ets", "delta_ci_low",
+              "delta_ci_high", "delta_n", "seeds", "values")
 
 
 def to_csv(results: AblationResults) -> str:
@@ -140,6 +173,7 @@ def to_csv(results: AblationResults) -> str:
     for cell in results.cells:
         row = cell.model_dump()
         row["seeds"] = " ".join(str(s) for s in cell.seeds)
+        row["values"] = " ".join(repr(v) for v in cell.values)
         writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_FIELDS})
     return out.getvalue()
 

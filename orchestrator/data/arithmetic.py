@@ -2,7 +2,7 @@
 
 Prompts and answers use only ``0123456789+-*=``, the characters the tiny model's tokenizer knows.
 Which split a problem belongs to depends on its operands alone (a hash), never on the seed: every seed's
-training set is disjoint from every seed's test set. For ``+`` and ``*`` the hash ignores operand order,
+training set is disjoint from every seed's validation and test sets, and those two from each other. For ``+`` and ``*`` the hash ignores operand order,
 so ``23+45`` and ``45+23`` are always on the same side and the test set measures more than commutativity.
 """
 
@@ -27,13 +27,19 @@ MAX_SAMPLED_SHARE = 0.5
 Triple = tuple[str, int, int]
 
 
-def split_of(operation: str, a: int, b: int, test_fraction: float) -> Split:
-    """The split of one problem: a hash of the (order-free, where the operation allows) operand pair."""
+def split_of(operation: str, a: int, b: int, test_fraction: float, validation_fraction: float = 0.0) -> Split:
+    """The split of one problem: a hash of the (order-free, where the operation allows) operand pair.
+
+    The hash's unit interval is cut into [0, test) → test, [test, test + validation) → validation, the
+    rest → train, so the three splits never share a problem whatever the seed.
+    """
     if operation in COMMUTATIVE_OPERATIONS:
         a, b = min(a, b), max(a, b)
     digest = hashlib.sha256(f"{a}{operation}{b}".encode()).digest()
     unit = int.from_bytes(digest[:8], "big") / 2**64
-    return "test" if unit < test_fraction else "train"
+    if unit < test_fraction:
+        return "test"
+    return "validation" if unit < test_fraction + validation_fraction else "train"
 
 
 def arithmetic_problems(
@@ -54,7 +60,7 @@ def _in_split(triple: Triple, options: ArithmeticOptions, split: Split) -> bool:
     operation, a, b = triple
     if operation == "-" and not options.allow_negative_results and a < b:
         return False
-    return split_of(operation, a, b, options.test_fraction) == split
+    return split_of(operation, a, b, options.test_fraction, options.validation_fraction) == split
 
 
 def _enumerate_split(options: ArithmeticOptions, split: Split, limit: int | None, seed: int) -> list[Triple]:
@@ -78,7 +84,8 @@ def _enumerate_split(options: ArithmeticOptions, split: Split, limit: int | None
 def _sample_split(
     options: ArithmeticOptions, split: Split, limit: int | None, seed: int, total_triples: int
 ) -> list[Triple]:
-    split_share = options.test_fraction if split == "test" else 1.0 - options.test_fraction
+    split_share = {"test": options.test_fraction, "validation": options.validation_fraction}.get(
+        split, 1.0 - options.test_fraction - options.validation_fraction)
     ceiling = int(total_triples * split_share * MAX_SAMPLED_SHARE)
     if limit is None or limit > ceiling:
         raise ValueError(

@@ -15,16 +15,17 @@ from typing import Any
 from orchestrator.data.config import ReasoningGymOptions, Split
 from workers.problem import Problem
 
-# reasoning-gym draws entry i from Random(seed + i). The test split starts this far along, so its
-# generators never reuse a training seed for any realistic size. Tasks with few distinct puzzles can
+# reasoning-gym draws entry i from Random(seed + i). The test split starts this far along (validation twice
+# as far), so their generators never reuse a training seed for any realistic size. Tasks with few distinct puzzles can
 # still repeat a question across splits by chance.
 TEST_SEED_OFFSET = 1_000_000_007
+SPLIT_SEED_OFFSETS = {"train": 0, "validation": 2 * TEST_SEED_OFFSET, "test": TEST_SEED_OFFSET}
 
 
 def reasoning_gym_problems(options: ReasoningGymOptions, split: Split, size: int, seed: int) -> list[Problem]:
     import reasoning_gym  # Imported here: ~1 s, and only runs that use reasoning-gym pay it.
 
-    task_seed = seed + TEST_SEED_OFFSET if split == "test" else seed
+    task_seed = seed + SPLIT_SEED_OFFSETS[split]
     config = {"size": size, "seed": task_seed, **options.kwargs}
     dataset = reasoning_gym.create_dataset(options.dataset, **config)
     return [

@@ -45,7 +45,7 @@ TOKEN = "integration-" + secrets.token_hex(12)
 TINY_OVERRIDES = {
     "warmup.steps": 40, "warmup.examples": 500,  # a base policy in seconds (cached)
     "rollout.n_samples": 4,
-    "data.eval.arithmetic.limit": 16, "data.prompts_per_step": 8,
+    "data.eval.arithmetic.limit": 16, "data.eval.arithmetic_val.limit": 16, "data.prompts_per_step": 8,
     "learner.mini_batch_size": 32, "learner.micro_batch_size": 32,
     "training.steps": 1,
     "evaluation.interval": 0,

@@ -7,8 +7,11 @@ the test's temporary model cache and shared by the tests of this module.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
+import torch
 import ray
 from mlflow.tracking import MlflowClient
 
@@ -32,7 +35,8 @@ def _config(tmp_path, name: str, steps: int, **extra: str):
         "name": name, "output_dir": str(tmp_path / "runs"), "model.cache_dir": str(tmp_path / "models"),
         "warmup.steps": "40", "warmup.examples": "800", "training.steps": str(steps), "checkpoint.interval": "2",
         "data.prompts_per_step": "8", "rollout.n_samples": "4", "learner.mini_batch_size": "32",
-        "learner.micro_batch_size": "32", "data.eval.arithmetic.limit": "24", "evaluation.interval": "2",
+        "learner.micro_batch_size": "32", "data.eval.arithmetic.limit": "24", "data.eval.arithmetic_val.limit": "16",
+        "evaluation.interval": "2",
         "learner.gradient_norm_stats": "true", **extra,
     }
     return load_experiment("cpu-tiny-s", [f"{k}={v}" for k, v in overrides.items()])
@@ -61,6 +65,12 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
     assert sorted(_history(client, full.run_id, "reward/mean")) == [1, 2, 3, 4]
     assert max(_history(client, full.run_id, "rollout/logprob_diff").values()) < 1e-4
     assert sorted(_history(client, full.run_id, "eval/arithmetic/accuracy")) == [0, 2, 4]
+    # The base is recorded on the run: its weights' checksum, its step-0 evaluation under base/, and later
+    # evaluations measure the distance from it.
+    assert len(run.data.tags["base/checksum"]) == 64
+    assert _history(client, full.run_id, "base/accuracy") == {0: _history(client, full.run_id, "eval/arithmetic/accuracy")[0]}
+    assert sorted(_history(client, full.run_id, "eval/arithmetic/kl_to_base")) == [2, 4]
+    assert 0.0 <= _history(client, full.run_id, "eval/arithmetic/changed_vs_base")[4] <= 1.0
     artifact = client.download_artifacts(full.run_id, "diagnostics/token_stats.json", str(tmp_path))
     answers = json.loads(open(artifact).read())["answers"]
     assert answers and len(answers[0]["entropy"]) == len(answers[0]["grad_norm"]) > 0
@@ -79,6 +89,30 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
         assert sorted(continued) == [1, 2, 3, 4], key  # no step logged twice, none lost
         for step in (3, 4):
             assert continued[step] == pytest.approx(uninterrupted[step], rel=1e-5, abs=1e-7), (key, step)
+
+
+def test_the_same_config_and_seed_repeat_every_metric_exactly_under_load(tmp_path, local_ray):
+    """Deliverable of reproducibility: same config + seed → the same numbers to the last digit, even with the
+    cores busy and another torch thread setting in the driver (timings aside)."""
+    first = train(_config(tmp_path, "first", 2, **{"checkpoint.interval": "0"}))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy core while the repeat runs
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2 if previous == 1 else 1)
+        again = train(_config(tmp_path, "again", 2, **{"checkpoint.interval": "0"}))
+    finally:
+        torch.set_num_threads(previous)
+        hog.kill()
+        hog.wait()
+    client = MlflowClient(_config(tmp_path, "first", 2).tracking_uri())
+    runs = {name: client.get_run(result.run_id) for name, result in (("first", first), ("again", again))}
+    assert runs["first"].data.tags["base/checksum"] == runs["again"].data.tags["base/checksum"]
+    keys = sorted(k for k in runs["first"].data.metrics if not k.startswith("time/"))
+    assert keys == sorted(k for k in runs["again"].data.metrics if not k.startswith("time/"))
+    assert {"eval/arithmetic/accuracy", "loss/pg", "base/accuracy", "eval/arithmetic/kl_to_base"} <= set(keys)
+    differing = {key: (_history(client, first.run_id, key), _history(client, again.run_id, key)) for key in keys
+                 if _history(client, first.run_id, key) != _history(client, again.run_id, key)}
+    assert not differing
 
 
 def test_bad_config_fails_before_anything_starts(tmp_path):

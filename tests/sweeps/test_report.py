@@ -45,11 +45,13 @@ def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str,
     metrics = [Metric("reward/mean", 0.1 * step + 0.01 * seed, 0, step) for step in range(1, FINAL_STEP + 1)]
     metrics += [Metric("train/accuracy", 0.05 * step, 0, step) for step in range(1, FINAL_STEP + 1)]
     metrics += [Metric("eval/arithmetic/accuracy", 0.01, 0, 0)]  # the evaluation before training
+    metrics += [Metric("base/arithmetic/accuracy", 0.2, 0, 0)]  # the same, under the base row's name
     if finals is not None:
         metrics += [Metric("eval/arithmetic/accuracy", finals[0], 0, FINAL_STEP),
                     Metric("eval/gsm8k/accuracy", finals[1], 0, FINAL_STEP),
                     Metric("eval/arithmetic/pass_at_1", finals[0], 0, FINAL_STEP)]
     client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
+    client.set_tag(run_id, "base/checksum", "sha-of-the-one-base")
     client.set_terminated(run_id, status=status)
     return run_id
 
@@ -103,6 +105,11 @@ def test_table_numbers_mean_std_and_delta(store: dict) -> None:
     gsm8k = _cell(results, method="gmts", mode="top", ratio=0.2, benchmark="gsm8k", **common)
     assert gsm8k["delta_vs_ets"] == pytest.approx((0.16 + 0.30) / 2 - (0.12 + 0.18) / 2, abs=1e-12)
 
+    assert ets["ci_low"] == pytest.approx(0.35 - 12.7062047 * statistics.stdev([0.30, 0.40]) / 2**0.5, abs=1e-6)
+    assert gmts["delta_n"] == 2 and gmts["delta_ci_low"] == pytest.approx(0.10, abs=1e-9)
+    base = _cell(results, method="base", benchmark="arithmetic", **common)
+    assert base["mean"] == pytest.approx(0.2) and base["n"] == 1 and base["ci_low"] is None
+
     baseline = _cell(results, method="none", benchmark="arithmetic", **common)
     assert baseline["mode"] is None and baseline["ratio"] is None
     assert baseline["mean"] == pytest.approx(0.30, abs=1e-12) and baseline["delta_vs_ets"] is None
@@ -121,14 +128,19 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
     markdown = (folder / "ablation.md").read_text()
     gmts_row = next(line for line in markdown.splitlines() if line.startswith("| gmts | top |"))
     # columns: ρ=0.2 arithmetic, ρ=0.2 gsm8k, ρ=0.5 arithmetic, ρ=0.5 gsm8k
-    assert gmts_row.split(" | ")[2:4] == ["45.0 ± 7.1 (Δ +10.0)", "23.0 ± 9.9 (Δ +8.0)"]
+    # Two seeds: half-width t(0.975, 1) · s/√2 = 12.706 · 0.0707/1.414 = 63.5 points; Δ is +10.0 on both
+    # seeds, so its paired interval has no width; gsm8k's per-seed Δs are +4 and +12: 12.706 · 5.657/1.414.
+    assert gmts_row.split(" | ")[2:4] == ["45.0 ± 63.5 (Δ +10.0 ± 0.0)", "23.0 ± 88.9 (Δ +8.0 ± 50.8)"]
     none_row = next(line for line in markdown.splitlines() if line.startswith("| none | — |"))
-    assert none_row.count("30.0 ± 7.1") == 2  # the baseline repeated under both ratios
+    assert none_row.count("30.0 ± 63.5") == 2  # the baseline repeated under both ratios
+    base_row = next(line for line in markdown.splitlines() if line.startswith("| base | — |"))
+    assert base_row.count("20.0") == 2  # one base measurement (8 trials, one checksum), no interval
+    assert "n = 1–2 seeds per cell" in markdown
     assert "unit-t099 (FAILED)" in markdown
 
     rows = (folder / "ablation.csv").read_text().splitlines()
-    assert rows[0].startswith("model_size,algorithm,method,scope,denominator,mode,ratio,benchmark,metric,mean,std,n,"
-                              "delta_vs_ets")
+    assert rows[0].startswith("model_size,algorithm,method,scope,denominator,mode,ratio,lr,selected,benchmark,split,"
+                              "metric,mean,std,n,ci_low,ci_high,delta_vs_ets")
     assert len(rows) == 1 + len(read_json(folder / "ablation.json")["cells"])
     assert "<th colspan='2'>ρ = 0.2</th>" in (folder / "ablation.html").read_text()
 
@@ -178,7 +190,7 @@ def test_report_cli_prints_the_table(store: dict, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     assert report_cli.main([SWEEP_ID, "--tracking-uri", store["uri"], "--no-upload"]) == 0
     out = capsys.readouterr().out
-    assert "45.0 ± 7.1 (Δ +10.0)" in out
+    assert "45.0 ± 63.5 (Δ +10.0 ± 0.0)" in out
     assert f"mlflow ui --backend-store-uri {store['uri']}" in out
     assert report_cli.main(["no-such-sweep", "--tracking-uri", store["uri"]]) == 2
 
@@ -187,3 +199,32 @@ def test_token_stats_with_mismatched_lengths_are_rejected() -> None:
     bad = {"answers": [{"entropy": [0.1, 0.2], "grad_norm": [0.5]}]}
     with pytest.raises(ValueError, match="grad_norm: 1 values for 2 entropies"):
         TokenStats.model_validate(bad)
+
+
+def test_each_arm_gets_the_lr_its_validation_score_chose_not_its_test_score(store: dict) -> None:
+    client = store["client"]
+    experiment_id = client.get_run(store["parent_id"]).info.experiment_id
+    parent = client.create_run(experiment_id, run_name="lrs", tags={SWEEP_ID_TAG: "lr-sweep"})
+    # (method, lr, seed) → (validation, test): ETS's validation prefers 3e-4, its test would prefer 1e-4.
+    finals = {("ets", 1e-4, 0): (0.50, 0.40), ("ets", 1e-4, 1): (0.52, 0.42),
+              ("ets", 3e-4, 0): (0.60, 0.30), ("ets", 3e-4, 1): (0.62, 0.32),
+              ("gmts", 1e-4, 0): (0.70, 0.45), ("gmts", 1e-4, 1): (0.72, 0.49),
+              ("gmts", 3e-4, 0): (0.10, 0.90), ("gmts", 3e-4, 1): (0.12, 0.92)}
+    for index, ((method, lr, seed), (validation, test)) in enumerate(finals.items()):
+        run = client.create_run(experiment_id, tags={PARENT_TAG: parent.info.run_id, TRIAL_TAG: f"lr-t{index:03d}"})
+        params = {"method": method, "ratio": "0.2", "mode": "top", "model_size": "tiny-s", "algorithm": "grpo",
+                  "seed": str(seed), "learner.lr": str(lr), "data.eval.arith_val.split": "validation",
+                  "data.eval.arith.split": "test"}
+        client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()],
+                         metrics=[Metric("eval/arith_val/accuracy", validation, 0, 3),
+                                  Metric("eval/arith/accuracy", test, 0, 3)])
+        client.set_terminated(run.info.run_id)
+    report = build_report(client, client.get_run(parent.info.run_id), store["tmp"] / "lrs", upload=False)
+    shown = [c for c in report.results.cells if c.selected and c.split == "test"]
+    assert {(c.method, c.lr) for c in shown} == {("ets", 3e-4), ("gmts", 1e-4)}
+    gmts = next(c for c in shown if c.method == "gmts")
+    # Δ pairs each arm at its own lr, by seed: (0.45 − 0.30, 0.49 − 0.32) = (0.15, 0.17).
+    assert gmts.delta_vs_ets == pytest.approx(0.16) and gmts.delta_n == 2
+    markdown = (store["tmp"] / "lrs" / "ablation.md").read_text()
+    assert "arith_val" not in markdown and "| ρ=0.2 arith |" in markdown  # validation is no table column
+    assert (store["tmp"] / "lrs" / "accuracy_vs_lr.png").is_file()

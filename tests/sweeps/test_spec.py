@@ -23,10 +23,10 @@ def test_unknown_grid_axis_is_named(write_spec) -> None:
 
 
 def test_unknown_axis_in_explicit_trials_is_named(write_spec) -> None:
-    path = write_spec(trials=[{"method": "ets", "ratio": 0.2, "lr": 1e-3}])
+    path = write_spec(trials=[{"method": "ets", "ratio": 0.2, "temperature": 0.5}])
     with pytest.raises(ConfigError) as excinfo:
         load_spec(path)
-    assert "trials[0]" in str(excinfo.value) and "lr" in str(excinfo.value)
+    assert "trials[0]" in str(excinfo.value) and "temperature" in str(excinfo.value)
 
 
 def test_ratio_zero_is_named(write_spec) -> None:
@@ -90,6 +90,18 @@ def test_exclusions_and_explicit_trials(write_spec) -> None:
     assert len({t.name for t in trials}) == len(trials)
 
 
+def test_each_method_runs_at_its_own_lrs(write_spec) -> None:
+    spec = load_spec(write_spec(grid={"method": ["none", "ets", "gmts"], "ratio": [0.2], "lr": [1e-4],
+                                      "lr_by_method": {"gmts": [3e-5, 3e-4]}}))
+    points = grid_points(spec)
+    assert [(p["method"], p["lr"]) for p in points] == [("none", 1e-4), ("ets", 1e-4), ("gmts", 3e-5), ("gmts", 3e-4)]
+    trials = expand(spec)
+    assert [t.config.learner.lr for t in trials] == [1e-4, 1e-4, 3e-5, 3e-4]
+    assert trials[3].point == {"method": "gmts", "ratio": 0.2, "lr": 3e-4}
+    with pytest.raises(ConfigError, match=r"lr_by_method.*gmts\[0\]=-1"):
+        load_spec(write_spec(grid={"method": ["gmts"], "ratio": [0.2], "lr_by_method": {"gmts": [-1]}}))
+
+
 def test_everything_excluded_is_an_error(write_spec) -> None:
     spec = load_spec(write_spec(grid={"method": ["ets"], "ratio": [0.2]}, exclude=[{"method": "ets"}]))
     with pytest.raises(ConfigError, match="no trial"):
@@ -117,10 +129,13 @@ def test_shipped_cpu_specs_expand(name: str) -> None:
 
 def test_cpu_ablation_grid_size() -> None:
     trials = expand(load_spec("cpu-ablation"))
-    # (1 baseline + 4 methods × 9 ratios × 2 modes) × 2 sizes × 2 algorithms × 2 seeds
-    assert len(trials) == (1 + 4 * 9 * 2) * 2 * 2 * 2
+    # (1 baseline + 4 methods × 9 ratios × 2 modes + random × 9 ratios, top only) × 2 sizes × 2 algorithms × 2 seeds
+    assert len(trials) == (1 + 4 * 9 * 2 + 9) * 2 * 2 * 2
     pair = {t.config.selection.method: t.config.selection for t in trials if t.point["method"] in ("ets", "gmts")}
     assert pair["ets"].scope == pair["gmts"].scope == "group" and pair["ets"].apply_to == pair["gmts"].apply_to
+    assert {(t.point["method"], t.point.get("mode")) for t in trials} >= {("random", "top"), ("ets", "bottom"),
+                                                                          ("gmts", "bottom"), ("gmts-release", "bottom")}
+    assert not any(t.point["method"] == "random" and t.point.get("mode") == "bottom" for t in trials)
     assert {t.config.model.size_label for t in trials} == {"tiny-s", "tiny-m"}
     assert {t.config.algorithm.name for t in trials} == {"grpo", "dapo"}
 

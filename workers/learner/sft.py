@@ -8,16 +8,20 @@ reaches 15–50 % greedy accuracy in 75–115 s on one thread). Plain PyTorch: o
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from workers.learner.batch import TrainBatch, response_logits
@@ -25,6 +29,11 @@ from workers.learner.batch import TrainBatch, response_logits
 logger = logging.getLogger(__name__)
 
 Example = tuple[Sequence[int], Sequence[int]]  # (prompt ids, answer ids including EOS)
+# One intra-op thread: the warm-up's bits must not depend on the machine's core count or the caller's setting
+# (a tiny model gains little from more threads anyway).
+WARMUP_THREADS = 1
+# Written next to the weights: the checksum they had when trained (checked on every load).
+CHECKSUM_FILE = "base_policy.json"
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".safetensors.index.json", ".bin.index.json")
 
 
@@ -48,8 +57,9 @@ def supervised_warmup(
 ) -> Path:
     """Fit ``steps`` AdamW steps of ``batch_size`` examples (reshuffled each pass) and save an HF folder.
 
-    ``out_dir`` gets the trained weights (fp32) and config plus every other file of ``model_dir``
-    (tokenizer, generation config). It is written under a temporary name and renamed into place,
+    ``out_dir`` gets the trained weights (fp32) and config, their checksum (``CHECKSUM_FILE``), plus every
+    other file of ``model_dir`` (tokenizer, generation config). The fit runs under ``deterministic_torch``:
+    the same inputs give the same bits on any load and any caller thread setting. It is written under a temporary name and renamed into place,
     so a reader never sees half a folder; an existing ``out_dir`` is an error, not overwritten.
     """
     out_dir = Path(out_dir)
@@ -58,7 +68,14 @@ def supervised_warmup(
     if not examples or steps < 1 or batch_size < 1:
         raise ValueError(f"need examples, steps ≥ 1 and batch_size ≥ 1; got {len(examples)} examples, "
                          f"steps={steps}, batch_size={batch_size}")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with deterministic_torch(threads=WARMUP_THREADS, seed=seed):
+        model = _fit(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), examples,
+                     steps=steps, lr=lr, batch_size=batch_size, seed=seed)
+    return _save_folder(model, Path(model_dir), out_dir)
+
+
+def _fit(model: torch.nn.Module, examples: Sequence[Example], *, steps: int, lr: float, batch_size: int,
+         seed: int) -> torch.nn.Module:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     # Warm up for 5 % of the steps, then anneal: a short run lands on a reproducible base policy
@@ -79,7 +96,53 @@ def supervised_warmup(
         schedule.step()
         if step % 50 == 0 or step == steps - 1:
             logger.info("warm-up step %d/%d: answer loss %.4f", step + 1, steps, loss.item())
-    return _save_folder(model, Path(model_dir), out_dir)
+    return model
+
+
+@contextmanager
+def deterministic_torch(threads: int, seed: int) -> Iterator[None]:
+    """Run the body on ``threads`` intra-op threads with deterministic kernels and a seeded global RNG,
+    then restore the caller's settings.
+
+    A CPU matmul's reduction order depends on how many threads split it, so the same fit on 1 and on 2
+    threads ends in different bits; on a base policy that sits anywhere near a learning transition those
+    bits become points of accuracy. Pinning the count (and the kernels) makes the weights a function of
+    the inputs alone, whatever the machine's load or the caller's ``torch.set_num_threads``.
+    """
+    previous_threads = torch.get_num_threads()
+    previous_deterministic = torch.are_deterministic_algorithms_enabled()
+    previous_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            yield
+    finally:
+        torch.use_deterministic_algorithms(previous_deterministic, warn_only=previous_warn_only)
+        torch.set_num_threads(previous_threads)
+
+
+def tensors_checksum(tensors: Mapping[str, torch.Tensor]) -> str:
+    """sha256 over every tensor, in sorted name order, with its name, dtype and shape: two folders with the
+    same checksum hold the same weights bit for bit."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(tensors.items()):
+        tensor = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def folder_checksum(folder: str | Path) -> str:
+    """``tensors_checksum`` of the weights a saved HF folder holds (its ``*.safetensors`` files)."""
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    tensors: dict[str, torch.Tensor] = {}
+    for file in files:
+        tensors.update(load_file(file))
+    return tensors_checksum(tensors)
 
 
 def _save_folder(model: torch.nn.Module, source: Path, out_dir: Path) -> Path:
@@ -89,7 +152,8 @@ def _save_folder(model: torch.nn.Module, source: Path, out_dir: Path) -> Path:
         for item in source.iterdir():  # tokenizer and the rest; weights and config come from save_pretrained
             if item.is_file() and not item.name.endswith(_WEIGHT_SUFFIXES):
                 shutil.copy2(item, staging / item.name)
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, safe_serialization=True)
+        (staging / CHECKSUM_FILE).write_text(json.dumps({"sha256": folder_checksum(staging)}) + "\n")
         os.rename(staging, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -27,13 +27,24 @@ def test_problems_are_correct_and_use_only_the_tiny_models_characters() -> None:
     assert {p.metadata["operation"] for p in problems} == {"+", "-", "*"}
 
 
-def test_train_and_test_together_are_the_whole_space_and_never_overlap() -> None:
+def test_train_validation_and_test_are_the_whole_space_and_never_overlap() -> None:
     train = {p.prompt for p in arithmetic_problems(ALL_OPERATIONS, "train", None, seed=0)}
+    validation = {p.prompt for p in arithmetic_problems(ALL_OPERATIONS, "validation", None, seed=2)}
     test = {p.prompt for p in arithmetic_problems(ALL_OPERATIONS, "test", None, seed=1)}
-    assert not train & test
-    assert len(train) + len(test) == 3 * 100 * 100
-    # ~10% held out (the hash is uniform); wide bounds, the exact value is fixed by the hash anyway.
-    assert 0.08 < len(test) / (len(train) + len(test)) < 0.12
+    assert not train & test and not train & validation and not validation & test
+    assert len(train) + len(validation) + len(test) == 3 * 100 * 100
+    # ~12 % each held out (the hash is uniform); wide bounds, the exact value is fixed by the hash anyway.
+    assert 0.10 < len(test) / 30_000 < 0.14 and 0.10 < len(validation) / 30_000 < 0.14
+
+
+def test_the_two_digit_addition_held_out_splits_are_big_enough_for_a_1_5_point_standard_error() -> None:
+    options = ArithmeticOptions(digits=2, operations=("+",))
+    test = arithmetic_problems(options, "test", None, seed=0)
+    validation = arithmetic_problems(options, "validation", None, seed=0)
+    train = arithmetic_problems(options, "train", None, seed=0)
+    assert (len(test), len(validation), len(train)) == (1173, 1246, 7581)
+    assert (0.25 / len(test)) ** 0.5 <= 0.015  # worst case p = 0.5
+    assert not {p.prompt for p in test} & ({p.prompt for p in validation} | {p.prompt for p in train})
 
 
 def test_commutative_pairs_share_a_split_but_subtraction_need_not() -> None:

@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
@@ -51,3 +53,25 @@ def test_answer_loss_ignores_the_prompt_tokens(model_dir):
     expected = -(full[2, 13] + full[3, EOS]) / 2
     torch.testing.assert_close(one, expected)
     assert not torch.equal(one, other_prompt_token)  # the prompt is context: it changes the answer's loss
+
+
+def test_warmup_weights_are_bit_identical_whatever_the_callers_thread_setting(model_dir, tmp_path):
+    from workers.learner.sft import CHECKSUM_FILE, folder_checksum
+
+    examples = addition_examples()
+    previous = torch.get_num_threads()
+    checksums = []
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)  # the fit pins its own count; the caller's must not matter
+            out = supervised_warmup(model_dir, examples, steps=8, lr=3e-3, batch_size=12, seed=0,
+                                    out_dir=tmp_path / f"warm-{threads}")
+            assert torch.get_num_threads() == threads  # restored afterwards
+            recorded = json.loads((out / CHECKSUM_FILE).read_text())["sha256"]
+            assert recorded == folder_checksum(out)
+            checksums.append(recorded)
+    finally:
+        torch.set_num_threads(previous)
+    assert checksums[0] == checksums[1]
+    other_seed = supervised_warmup(model_dir, examples, steps=8, lr=3e-3, batch_size=12, seed=1, out_dir=tmp_path / "s1")
+    assert folder_checksum(other_seed) != checksums[0]  # the checksum sees a different data order
