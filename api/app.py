@@ -183,7 +183,9 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         """The ablation table (sweeps.report.ablation_results on the parent run) as JSON."""
         record = plane.refresh(plane.get("sweep", sweep_id))
         record, parent, table = plane.results(record)
-        return SweepResults(sweep_id=record.id, status=record.status, parent_run_id=parent, results=table)
+        note = plane.results_note(record, plane.view(record).trials)
+        return SweepResults(sweep_id=record.id, status=record.status, parent_run_id=parent, complete=not note,
+                            note=note, results=table)
 
     @router.get("/sweeps/{sweep_id}/logs", response_model=JobLogs, tags=["sweeps"])
     def sweep_logs(sweep_id: SweepId, tail: Tail = 200) -> JobLogs:
@@ -192,7 +194,8 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
     @router.post("/sweeps/{sweep_id}/cancel", response_model=SubmissionOut, tags=["sweeps"],
                  responses={202: {"model": SubmissionOut, "description": "Stop requested; Ray has not stopped it yet."}})
     def cancel_sweep(sweep_id: SweepId, response: Response) -> SubmissionOut:
-        """Stop the Ray job, then mark the MLflow parent and its unfinished trial runs KILLED."""
+        """Stop the Ray job, then mark the MLflow parent and its unfinished trial runs KILLED. Repeating it
+        is harmless: a finished sweep answers 200 with its state."""
         return cancelled("sweep", sweep_id, response)
 
     @router.post("/runs", status_code=201, response_model=SubmissionOut, tags=["runs"])

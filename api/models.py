@@ -61,6 +61,8 @@ class SweepResults(_Response):
     sweep_id: str
     status: Status
     parent_run_id: str
+    complete: bool = Field(description="The sweep succeeded and every trial finished: the table is final.")
+    note: str = Field("", description="Why the table is not final (CANCELLED / FAILED / PARTIAL / INCOMPLETE …).")
     results: dict[str, Any] = Field(description="sweeps.report.ablation_results: the ablation table as JSON.")
 
 

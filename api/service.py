@@ -213,8 +213,8 @@ class ControlPlane:
 
     def cancel(self, record: Submission) -> Submission:
         record = self.refresh(record)
-        if record.finished:
-            raise Conflict(f"{record.kind} {record.id} already {record.status}; nothing to cancel")
+        if record.finished:  # a repeat cancel (a client retrying after a timeout) gets the state, not an error
+            return record
         record = self.store.update(record, cancel_requested=True)
         try:
             self.jobs.stop(record.ray_submission_id)
@@ -250,11 +250,27 @@ class ControlPlane:
         except Exception as exc:  # noqa: BLE001 - any MLflow failure here means: not available now
             raise Unavailable(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__})") from None
         if location is None:
+            if record.finished:
+                raise Conflict(f"sweep {record.id} was {record.status} before it opened its MLflow parent run: "
+                               "it has no results")
             raise Conflict(f"sweep {record.id} ({record.status}) has no MLflow parent run yet; try when it runs")
         try:
-            return record, location.run_id, self.tracking.ablation_results(location.run_id)
+            table = self.tracking.ablation_results(location.run_id)
         except ImportError as exc:
             raise Unavailable(f"the ablation report is not available on this server ({exc})") from None
+        return record, location.run_id, table
+
+    @staticmethod
+    def results_note(record: Submission, trials: TrialCounts) -> str:
+        """What a reader of the table must know about how complete it is."""
+        done = f"{trials.finished} of {trials.total} trials finished"
+        if record.status == "cancelled":
+            return f"CANCELLED: the sweep was cancelled; the table holds only the trials that finished before ({done})"
+        if record.status == "failed":
+            return f"FAILED: the sweep failed ({record.message[:200]}); the table holds only finished trials ({done})"
+        if not record.finished:
+            return f"PARTIAL: the sweep is still {record.status}; {done} so far"
+        return "" if trials.finished == trials.total else f"INCOMPLETE: {done}"
 
     def logs(self, record: Submission, tail: int) -> tuple[list[str], bool]:
         try:

@@ -8,6 +8,7 @@ race on one INSERT and exactly one of them creates the sweep.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -81,11 +82,13 @@ class SubmissionStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        _owner_only(path)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        _owner_only(path)  # the -wal/-shm files exist now
 
     def close(self) -> None:
         with self._lock:
@@ -152,6 +155,17 @@ class SubmissionStore:
                 (*changes.values(), updated.updated_at, record.id),
             )
         return updated
+
+
+def _owner_only(path: Path) -> None:
+    """The records hold what users submitted: 0600 for the database and its -wal/-shm files.
+
+    SQLite creates -wal/-shm with the database file's mode, so creating the file 0600 first is what
+    keeps them private; a database left 0644 by an older version is tightened, its side files too."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists() and file.stat().st_mode & 0o077:
+            file.chmod(0o600)
 
 
 def _record(row: sqlite3.Row) -> Submission:

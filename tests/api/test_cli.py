@@ -39,7 +39,7 @@ def test_sweep_commands(gmts, jobs, tmp_path: Path) -> None:
     status, cancelled, _ = gmts("sweep", "cancel", sweep["id"])
     assert status == 0 and cancelled["status"] == "cancelled"
     status, _, err = gmts("sweep", "results", sweep["id"])
-    assert status == 1 and "HTTP 409" in err and "no MLflow parent run" in err
+    assert status == 1 and "HTTP 409" in err and "was cancelled before it opened its MLflow parent run" in err
 
 
 def test_a_shipped_spec_by_name(gmts, jobs) -> None:
