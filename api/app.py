@@ -72,11 +72,9 @@ def create_app(settings: ApiSettings | None = None, jobs: JobsBackend | None = N
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        try:
-            changed = plane.reconcile_all()
-            logger.info("start-up reconciliation with Ray: %d record(s) changed", changed)
-        except RayUnavailable as exc:
-            logger.warning("start-up reconciliation skipped: %s (records refresh when read)", exc)
+        # In the background from the first second: /healthz answers at once, and records a previous
+        # process left unsettled (Ray, driver and MLflow disagreeing) are repaired.
+        plane.start_background(settings.reconcile_interval_s)
         yield
         plane.close()
 
@@ -155,9 +153,13 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         return _out(plane.view(plane.refresh(plane.get(kind, api_id))))
 
     def cancelled(kind: Kind, api_id: str, response: Response) -> SubmissionOut:
-        record = plane.cancel(plane.get(kind, api_id))
-        response.status_code = 200 if record.finished else 202
-        return _out(plane.view(record))
+        record, leftovers = plane.cancel(plane.get(kind, api_id))
+        done = record.finished and leftovers is not None and leftovers.clear
+        response.status_code = 200 if done else 202
+        view = plane.view(record)
+        if not done:
+            view.warnings.append("stopping: " + (leftovers.describe() if leftovers else f"Ray still says {record.ray_status}"))
+        return _out(view)
 
     def logs(kind: Kind, api_id: str, tail: int) -> JobLogs:
         record = plane.get(kind, api_id)
@@ -245,6 +247,7 @@ def _out(view: View) -> SubmissionOut:
         ),
         links=Links(self=base, logs=f"{base}/logs", cancel=f"{base}/cancel",
                     results=f"{base}/results" if record.kind == "sweep" else None),
+        settled=record.settled_at is not None,
         warnings=view.warnings,
     )
 

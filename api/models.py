@@ -49,6 +49,8 @@ class SubmissionOut(_Response):
     trials: TrialProgress
     mlflow: MlflowLink
     links: Links
+    settled: bool = Field(False, description="Finished, and checks over 30 s found no driver, actor or open "
+                          "MLflow run of it left (a cancel is then complete everywhere).")
     warnings: list[str] = Field(default_factory=list, description="E.g. MLflow unreachable: progress unknown.")
 
 

@@ -39,10 +39,14 @@ CREATE TABLE IF NOT EXISTS submissions (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
+    quiet_since REAL,
+    settled_at REAL,
     UNIQUE (kind, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status);
 """
+# Columns added after the first release: (name, SQL type) added to an older database on open.
+ADDED_COLUMNS = (("quiet_since", "REAL"), ("settled_at", "REAL"))
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ class Submission:
     idempotency_key: str | None = None
     mlflow_run_id: str | None = None  # the sweep's parent run, or the single run's own run
     cancel_requested: bool = False
+    # api/reaper.py: since when checks found nothing of the finished job left; when that held long enough.
+    quiet_since: float | None = None
+    settled_at: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -88,6 +95,10 @@ class SubmissionStore:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        present = {row["name"] for row in self._db.execute("PRAGMA table_info(submissions)")}
+        for column, sql_type in ADDED_COLUMNS:
+            if column not in present:
+                self._db.execute(f"ALTER TABLE submissions ADD COLUMN {column} {sql_type}")
         _owner_only(path)  # the -wal/-shm files exist now
 
     def close(self) -> None:
@@ -144,6 +155,14 @@ class SubmissionStore:
         marks = ", ".join("?" for _ in TERMINAL)
         with self._lock:
             rows = self._db.execute(f"SELECT * FROM submissions WHERE status NOT IN ({marks})", TERMINAL).fetchall()
+        return [_record(row) for row in rows]
+
+    def unsettled(self) -> list[Submission]:
+        """Finished records whose end the reaper has not confirmed yet (api/reaper.py)."""
+        marks = ", ".join("?" for _ in TERMINAL)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM submissions WHERE status IN ({marks}) AND settled_at IS NULL", TERMINAL).fetchall()
         return [_record(row) for row in rows]
 
     def update(self, record: Submission, **changes: object) -> Submission:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +27,7 @@ from orchestrator.config_loader import load_experiment
 from sweeps.report import ablation_results
 from sweeps.spec import expand, load_spec
 from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
-from tests.api.support import TOKEN, FakeJobs, bearer, sweep_body, write_yaml
+from tests.api.support import TOKEN, FakeJobs, bearer, sweep_body, wait_for, write_yaml
 
 V1_CALLS = [
     ("POST", "/v1/sweeps"),
@@ -397,10 +400,10 @@ def test_records_survive_a_restart_and_are_reconciled_on_start_up(settings, jobs
     store = app.state.plane.store
     store.update(store.get("sweep", lost["id"]), created_at=time.time() - SUBMIT_GRACE_S - 1)
     with TestClient(app, headers=bearer()):
-        # start-up reconciliation, before any request reads the records
+        # the background reconciliation from start-up on, before any request reads the records
+        wait_for(lambda: store.get("sweep", lost["id"]).status == "failed", 30, 0.1, "start-up reconciliation")
         assert store.get("sweep", running["id"]).status == "succeeded"
-        lost_record = store.get("sweep", lost["id"])
-        assert lost_record.status == "failed" and "Ray has no job" in lost_record.message
+        assert "Ray has no job" in store.get("sweep", lost["id"]).message
 
 
 # -- cancel, logs, results ------------------------------------------------------------------------
@@ -461,6 +464,43 @@ def test_a_sweep_cancelled_before_its_parent_run_says_it_has_no_results(client, 
     assert client.post(f"/v1/runs/{run['id']}/cancel").status_code == 200
     repeat = client.post(f"/v1/runs/{run['id']}/cancel")
     assert repeat.status_code == 200 and repeat.json()["status"] == "cancelled"
+
+
+def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(settings, jobs) -> None:
+    """Ray says STOPPED, yet a driver of the job goes on (it ignores SIGTERM) and opens an MLflow run
+    after the cancel: the cancel answers 202 naming it, the service escalates to SIGKILL — here in a
+    restarted API process — closes the late run KILLED, and settles the record. The driver is a real
+    process (its command line is the job's entrypoint); Ray is the fake of conftest.py."""
+    settings.reconcile_interval_s, settings.kill_grace_s, settings.settle_quiet_s = 0.3, 2.0, 1.0
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        sweep = _submit(client)
+        jobs.set(sweep["ray_submission_id"], "RUNNING")
+        job_file = str(settings.state_dir / "jobs" / f"{sweep['id']}.yaml")
+        driver = subprocess.Popen([sys.executable, "-c", stubborn, "api.job", "sweep", job_file])
+    try:
+        with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+            mlflow, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
+            response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+            assert response.status_code == 202, response.text
+            body = response.json()
+            assert body["status"] == "cancelled" and body["settled"] is False
+            assert f"driver process(es) [{driver.pid}] alive" in " ".join(body["warnings"])
+            assert mlflow.get_run(parent).info.status == "KILLED"
+            assert driver.poll() is None  # SIGTERM is ignored: only the escalation can end it
+        # A new API process (the old one is gone): its background reconciler finishes the job.
+        with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+            experiment = mlflow.get_run(parent).info.experiment_id
+            late = mlflow.create_run(experiment, tags={PARENT_TAG: parent, API_ID_TAG: sweep["id"]})  # after it all
+            wait_for(lambda: driver.poll() is not None, 30, 0.2, "the SIGKILL")
+            assert driver.returncode == -signal.SIGKILL
+            wait_for(lambda: mlflow.get_run(late.info.run_id).info.status == "KILLED", 30, 0.2, "the late run KILLED")
+            wait_for(lambda: client.get(f"/v1/sweeps/{sweep['id']}").json()["settled"], 30, 0.2, "the record to settle")
+            again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+            assert again.status_code == 200 and again.json()["status"] == "cancelled" and again.json()["warnings"] == []
+    finally:
+        driver.kill()
+        driver.wait()
 
 
 def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
