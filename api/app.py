@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, R
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -78,7 +79,9 @@ def create_app(settings: ApiSettings | None = None, jobs: JobsBackend | None = N
         yield
         plane.close()
 
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from files of the
+    # installed package (under /static-offline-docs), not from a CDN an offline cluster cannot reach.
+    app = FastAPIOffline(
         title="gmts-lab control plane",
         version="1",
         description="Launch, watch, cancel and compare GMTS/ETS ablation sweeps (Ray Jobs + MLflow).",

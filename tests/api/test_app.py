@@ -583,3 +583,27 @@ def test_the_state_database_and_its_wal_files_are_owner_only(settings, jobs) -> 
         assert all(file.exists() for file in files)
         assert {file.name: oct(file.stat().st_mode & 0o777) for file in files} == {
             file.name: "0o600" for file in files}
+
+
+# -- offline docs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("page", "assets"), [("/docs", 3), ("/redoc", 2)])
+def test_docs_pages_load_only_local_assets(settings, jobs, page: str, assets: int) -> None:
+    """An offline cluster has no CDN: every script, stylesheet and icon of /docs and /redoc is a path
+    of this server, and each one is served (by content, not just a 200)."""
+    import re
+
+    with TestClient(create_app(settings, jobs)) as client:  # no token: the docs are public, like /openapi.json
+        html = client.get(page)
+        assert html.status_code == 200 and "text/html" in html.headers["content-type"]
+        urls = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url:\s*['"]([^'"]+)['"]""", html.text)
+        urls = [next(u for u in pair if u) for pair in urls]
+        assert not [u for u in urls if re.match(r"^(https?:)?//", u)], urls  # nothing from another host
+        assert "cdn.jsdelivr" not in html.text and "fonts.googleapis" not in html.text
+        local = [u for u in urls if u.startswith("/static-offline-docs/")]
+        assert len(local) == assets, urls
+        for url in local:
+            asset = client.get(url)
+            assert asset.status_code == 200 and len(asset.content) > 1000, url
+        assert "/openapi.json" in html.text and client.get("/openapi.json").status_code == 200
