@@ -75,7 +75,7 @@ class JobsBackend(Protocol):
     def stop(self, submission_id: str) -> None: ...
     def logs(self, submission_id: str) -> str: ...
     def ping(self) -> str: ...
-    def live_processes(self, job_id: str) -> list[LiveProcess]: ...
+    def live_processes(self, job_id: str, driver_pid: int | None = None) -> list[LiveProcess]: ...
 
 
 class RayJobs:
@@ -123,22 +123,26 @@ class RayJobs:
     def states(self) -> dict[str, JobState]:
         return {job.submission_id: _job_state(job) for job in self._call("list_jobs") if job.submission_id}
 
-    def live_processes(self, job_id: str) -> list[LiveProcess]:
-        """The job's driver and actors that Ray's state API does not list as dead (cluster-wide)."""
+    def live_processes(self, job_id: str, driver_pid: int | None = None) -> list[LiveProcess]:
+        """The job's driver and actors that Ray's state API does not list as dead (cluster-wide).
+        Workers are not filterable by job, so the driver is looked up by the pid Ray's job info gives."""
         live = []
-        for row in self._state_rows("workers", job_id, ("is_alive", "=", "True"), ("worker_type", "=", "DRIVER")):
-            live.append(LiveProcess("driver", row.get("worker_id", ""), "", "ALIVE", row.get("pid"), row.get("node_id")))
-        for row in self._state_rows("actors", job_id):
+        if driver_pid:
+            drivers = self._state_rows("workers", ("pid", "=", str(driver_pid)), ("is_alive", "=", "True"),
+                                       ("worker_type", "=", "DRIVER"))
+            live += [LiveProcess("driver", row.get("worker_id", ""), "", "ALIVE", row.get("pid"), row.get("node_id"))
+                     for row in drivers]
+        for row in self._state_rows("actors", ("job_id", "=", job_id)):
             if row.get("state") in LIVE_ACTOR_STATES:
                 live.append(LiveProcess("actor", row.get("actor_id", ""), row.get("class_name") or "",
                                         row["state"], row.get("pid"), row.get("node_id")))
         return live
 
-    def _state_rows(self, resource: str, job_id: str, *filters: tuple[str, str, str]) -> list[dict]:
+    def _state_rows(self, resource: str, *filters: tuple[str, str, str]) -> list[dict]:
         # The dashboard's state API over HTTP, through the Jobs client so that it carries the same
         # auth header (Ray's own StateApiClient does the same: it is a SubmissionClient too).
         params = [("limit", "10000"), ("timeout", "10"), ("detail", "false")]
-        for key, predicate, value in (("job_id", "=", job_id), *filters):
+        for key, predicate, value in filters:
             params += [("filter_keys", key), ("filter_predicates", predicate), ("filter_values", value)]
         query = "&".join(f"{key}={quote(value)}" for key, value in params)
         response = self._call("_do_request", "GET", f"/api/v0/{resource}?{query}", timeout=30)

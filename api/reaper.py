@@ -99,7 +99,7 @@ class Reaper:
         leftovers.local_drivers = local_drivers(record.job_file)
         if state is not None and state.job_id:
             try:
-                leftovers.ray_processes = self.jobs.live_processes(state.job_id)
+                leftovers.ray_processes = self.jobs.live_processes(state.job_id, state.driver_pid)
             except RayUnavailable as exc:
                 leftovers.unknown.append(f"Ray's state API unreachable ({exc})")
         self._signal(leftovers)
