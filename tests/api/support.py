@@ -73,7 +73,7 @@ class FakeJobs:
     # What Ray's state API lists as alive of a job: tests put LiveProcess rows here by Ray JobID.
     live: dict[str, list[LiveProcess]]
 
-    def live_processes(self, job_id: str) -> list[LiveProcess]:
+    def live_processes(self, job_id: str, driver_pid: int | None = None) -> list[LiveProcess]:
         self._check()
         return list(self.live.get(job_id, []))
 

@@ -344,10 +344,11 @@ def _assert_gone(api: ApiProcess, ray_head: str, mlflow_server: str, run: dict, 
     assert _ray_status(ray_head, run["ray_submission_id"]) == "STOPPED"
     job_file = str(api.work / "state" / "jobs" / f"{run['id']}.yaml")
     assert _job_processes(job_file) == []
-    job_id = ray_job_id or ray_jobs.state(run["ray_submission_id"]).job_id
+    state = ray_jobs.state(run["ray_submission_id"])
+    job_id = ray_job_id or state.job_id
     if job_id:  # None: no driver ever registered with Ray
         # Ray's own bookkeeping of dead actors lags their death by a moment
-        wait_for(lambda: ray_jobs.live_processes(job_id) == [], 30, 1, "Ray to list no live actor")
+        wait_for(lambda: ray_jobs.live_processes(job_id, state.driver_pid) == [], 30, 1, "Ray to list nothing alive")
     mlflow = MlflowClient(mlflow_server)
     experiment = mlflow.get_experiment_by_name("gmts-lab")
     runs = mlflow.search_runs([experiment.experiment_id], f"tags.`{API_ID_TAG}` = '{run['id']}'") if experiment else []
@@ -381,7 +382,8 @@ def test_cancel_leaves_nothing_running_at_any_point_of_a_job(api: ApiProcess, ra
         if not state.job_id or experiment is None:
             return None
         runs = mlflow.search_runs([experiment.experiment_id], f"tags.`{API_ID_TAG}` = '{run['id']}'")
-        actors = [p for p in ray_jobs.live_processes(state.job_id) if p.kind == "actor" and p.state == "ALIVE"]
+        actors = [p for p in ray_jobs.live_processes(state.job_id, state.driver_pid)
+                  if p.kind == "actor" and p.state == "ALIVE"]
         return state.job_id if runs and runs[0].info.status == "RUNNING" and actors else None
 
     job_id = wait_for(training, 600, 2, "the run to train with live actors")
