@@ -24,7 +24,7 @@ from api.reaper import Leftovers, Reaper
 from api.settings import ApiSettings
 from api.store import DuplicateIdempotencyKey, Kind, Submission, SubmissionStore
 from api.submissions import PreparedJob, output_dir, prepare_run, prepare_sweep
-from api.tracking import RunLocation, TrackingView, TrialCounts
+from api.tracking import API_ID_TAG, RunLocation, TrackingView, TrialCounts
 from sweeps.spec import BaseExperiment, SweepSpec
 
 logger = logging.getLogger(__name__)
@@ -271,6 +271,8 @@ class ControlPlane:
         try:
             location = self.tracking.locate(record)
             if location is not None and location.exact and record.mlflow_run_id != location.run_id:
+                # One id for users: the sweep's parent run gets the API id too (its children have it).
+                self.tracking.client.set_tag(location.run_id, API_ID_TAG, record.id)
                 record = self.store.update(record, mlflow_run_id=location.run_id)
         except Exception as exc:  # noqa: BLE001 - a status page must not fail because MLflow does
             warnings.append(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__}); progress unknown")

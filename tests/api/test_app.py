@@ -434,6 +434,7 @@ def test_cancel_stops_the_job_and_kills_the_mlflow_runs(client, jobs, settings) 
     mlflow, parent, children = _fake_sweep_runs(settings, sweep["id"], "api-test")
     status = client.get(f"/v1/sweeps/{sweep['id']}").json()
     assert status["mlflow"]["run_id"] == parent
+    assert mlflow.get_run(parent).data.tags[API_ID_TAG] == sweep["id"]  # one id, in MLflow too
     assert status["mlflow"]["ui_url"].startswith("http://127.0.0.1:5000/#/experiments/")
     assert status["trials"] == {"total": 3, "running": 2, "finished": 1, "failed": 0, "killed": 0}
     response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
