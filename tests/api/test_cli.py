@@ -52,6 +52,17 @@ def test_a_shipped_spec_by_name(gmts, jobs) -> None:
     assert sweep["name"] == "cpu-demo" and sweep["trials"]["total"] == 3
 
 
+def test_the_smoke_spec_is_two_small_trials(gmts, jobs, settings) -> None:
+    from sweeps.spec import expand, load_spec
+
+    status, sweep, err = gmts("sweep", "submit", "cpu-smoke")
+    assert status == 0, err
+    assert sweep["name"] == "cpu-smoke" and sweep["trials"]["total"] == 2
+    trials = expand(load_spec(settings.state_dir / "jobs" / f"{sweep['id']}.yaml"), output_dir=settings.state_dir)
+    assert [t.config.training.steps for t in trials] == [2, 2]
+    assert all(t.config.data.eval["arithmetic"].limit == 16 for t in trials)
+
+
 def test_run_commands(gmts, jobs) -> None:
     status, run, err = gmts("run", "submit", "cpu-tiny-s", "--set", "training.steps=1", "--set", "name=cli-run")
     assert status == 0, err
