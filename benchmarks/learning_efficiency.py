@@ -19,20 +19,34 @@ Runs are interleaved seed by seed, arms rotated. The full grid is hours on 2 cor
 environment variables, and the report says which ran: ``GMTS_LE_SEEDS=0,1,2``, ``GMTS_LE_STEPS=30``,
 ``GMTS_LE_ARMS=none,ets-release,gmts-release``, ``GMTS_LE_LRS=1e-4`` (one grid for every arm).
 
+A grid of hours should survive a crash and use both cores: ``GMTS_LE_JOURNAL=<file.jsonl>`` appends every
+finished run to that file and reuses the runs already in it (same preset, steps, overrides and commit), and
+``GMTS_LE_SHARD=k/n`` runs only every n-th run of the grid, from the k-th. Two processes with shards 0/2 and
+1/2 and one journal run the grid side by side; a last invocation without a shard finds every run in the
+journal and writes the table. Runs are deterministic whatever the load (docs/usage.md §8), so a run's
+numbers do not depend on what ran beside it.
+
 ``--smoke`` runs one seed, one lr, two steps of two arms without the warm-up.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
+import subprocess
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 
 from benchmarks.ray_session import start_local_ray
 from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop
 from sweeps.statistics import Estimate, paired_difference, t_interval
 from workers.learner.recipes import RECIPES
+
+logger = logging.getLogger(__name__)
 
 PRESET = "cpu-tiny-s"
 TEST_METRIC = "eval/arithmetic/accuracy"
@@ -99,26 +113,47 @@ def run(smoke: bool) -> dict:
 
     cfg = settings_for(smoke)
     arms = [a for a in ARMS if a.name in cfg["arms"]]
+    journal = RunJournal(Path(os.environ["GMTS_LE_JOURNAL"])) if "GMTS_LE_JOURNAL" in os.environ and not smoke \
+        else None
+    shard = parse_shard(os.environ.get("GMTS_LE_SHARD"))
     # (arm, lr) → seed → the run's final metrics
     finals: dict[tuple[str, float], dict[int, dict[str, float]]] = defaultdict(dict)
     per_run: list[dict] = []
-    start_local_ray()
+    grid = list(_grid(cfg, arms))
+    started_ray = False
     try:
-        for index, seed in enumerate(cfg["seeds"]):
-            shift = index % len(arms)
-            for arm in arms[shift:] + arms[:shift]:
-                for lr in cfg["lrs"]:
-                    overrides = cfg["overrides"] + arm.config_overrides() + [
-                        f"learner.lr={lr}", f"training.seed={seed}", f"learner.seed={seed}"]
-                    result: LoopRun = run_loop(PRESET, overrides, cfg["steps"])
-                    finals[(arm.name, lr)][seed] = result.final_metrics
-                    per_run.append({"arm": arm.name, "method": arm.name, "lr": lr, "seed": seed,
+        for index, (arm, lr, seed) in enumerate(grid):
+            overrides = cfg["overrides"] + arm.config_overrides() + [
+                f"learner.lr={lr}", f"training.seed={seed}", f"learner.seed={seed}"]
+            key = {"preset": PRESET, "steps": cfg["steps"], "arm": arm.name, "overrides": overrides}
+            record = journal.get(key) if journal else None
+            if record is None:
+                if shard is not None and index % shard[1] != shard[0]:
+                    continue
+                if not started_ray:
+                    start_local_ray()
+                    started_ray = True
+                result: LoopRun = run_loop(PRESET, overrides, cfg["steps"])
+                record = {"final": result.final_metrics,
+                          "entry": {"arm": arm.name, "method": arm.name, "lr": lr, "seed": seed,
                                     "steps": len(result.history), "wall_seconds": result.wall_seconds,
                                     "base_accuracy": result.initial_metrics.get("base/accuracy"),
-                                    "first_step": {k: result.history[0].get(k) for k in FIRST_STEP_KEYS},
-                                    **result.final_metrics})
+                                    "first_step": {k: result.history[0].get(k) for k in FIRST_STEP_KEYS}}}
+                if journal:
+                    journal.add(key, record)
+            finals[(arm.name, lr)][seed] = record["final"]
+            per_run.append({**record["entry"], **record["final"]})
     finally:
-        ray.shutdown()
+        if started_ray:
+            ray.shutdown()
+
+    if len(per_run) < len(grid):
+        return BenchmarkResult(
+            title=f"learning_efficiency shard {shard[0]}/{shard[1]}: {len(per_run)} of {len(grid)} runs",
+            settings={"preset": PRESET, "reduced": cfg["reduced"], "journal": str(journal.path) if journal else None},
+            figures=[Figure("runs in the journal", len(per_run), "", f"of {len(grid)}; run once more without "
+                            "GMTS_LE_SHARD, with the same GMTS_LE_JOURNAL, for the table")],
+            measurements={"runs": per_run}).as_dict()
 
     chosen_lr = {arm.name: _best_lr(finals, arm.name, cfg["lrs"]) for arm in arms}
     test = {name: {seed: m[TEST_METRIC] for seed, m in finals[(name, lr)].items()} for name, lr in chosen_lr.items()}
@@ -154,6 +189,81 @@ def run(smoke: bool) -> dict:
                   "interval": "Student-t 95 % over seeds (sweeps.statistics)"},
         figures=figures, measurements={"runs": per_run, "chosen_lr": chosen_lr},
     ).as_dict()
+
+
+def _grid(cfg: dict, arms: list[Arm]):
+    """(arm, lr, seed) in run order: seed by seed, the arms rotated one place per seed, every lr of each arm."""
+    for index, seed in enumerate(cfg["seeds"]):
+        shift = index % len(arms)
+        for arm in arms[shift:] + arms[:shift]:
+            for lr in cfg["lrs"]:
+                yield arm, lr, seed
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"k/n"`` → (k, n) with 0 ≤ k < n; None when unset."""
+    if not text:
+        return None
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"GMTS_LE_SHARD: expected k/n such as 0/2, got {text!r}") from None
+    if not 0 <= k < n:
+        raise ValueError(f"GMTS_LE_SHARD: need 0 <= k < n, got {text!r}")
+    return k, n
+
+
+class RunJournal:
+    """Finished runs, one JSON line each, keyed by what decides their numbers: preset, steps, overrides and the
+    code's commit. A line from another commit is never reused (the code that made it may compute differently);
+    floats round-trip exactly through JSON."""
+
+    def __init__(self, path: Path, commit: str | None = None):
+        self.path = path
+        self.commit = commit if commit is not None else _commit()
+        self._records: dict[str, dict] = {}
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError:
+                # A process killed mid-write leaves a partial line: that run is simply run again.
+                logger.warning("GMTS_LE_JOURNAL: %s line %d is not JSON; ignoring it", path, number)
+                continue
+            self._records[self._id(item["key"], item["commit"])] = item["record"]
+
+    def _id(self, key: dict, commit: str) -> str:
+        return json.dumps({"key": key, "commit": commit}, sort_keys=True)
+
+    def get(self, key: dict) -> dict | None:
+        return self._records.get(self._id(key, self.commit))
+
+    def add(self, key: dict, record: dict) -> None:
+        self._records[self._id(key, self.commit)] = record
+        line = json.dumps({"key": key, "commit": self.commit, "record": record}, sort_keys=True) + "\n"
+        # One write per line, in append mode: two shards appending to one journal never interleave a line.
+        with open(self.path, "a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            if handle.tell():
+                handle.seek(-1, os.SEEK_END)
+                if handle.read(1) != b"\n":  # the partial line of a killed writer: start a new one
+                    line = "\n" + line
+            handle.write(line.encode())
+
+
+def _commit() -> str:
+    """The checkout's commit, plus a hash of ``git diff HEAD`` when tracked files differ from it (a journal then
+    matches only runs made from the same uncommitted state)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        diff = subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (f"+diff-{hashlib.sha256(diff).hexdigest()[:12]}" if diff else "")
 
 
 def _best_lr(finals: dict, arm: str, lrs: list[float]) -> float:

@@ -58,3 +58,40 @@ def test_seed_check():
     assert [f.value for f in _seed_check(same_seeds)] == ["True", "False"]
     drift = [entry(0, "none", 0.25), entry(0, "gmts", 0.26)]
     assert _seed_check(drift)[0].value == "False"
+
+
+def test_run_journal_reuses_runs_of_the_same_commit_and_key_only(tmp_path):
+    from benchmarks.learning_efficiency import RunJournal
+
+    path = tmp_path / "runs.jsonl"
+    key = {"preset": "cpu-tiny-s", "steps": 3, "arm": "gmts", "overrides": ["learner.lr=0.0001"]}
+    record = {"final": {"eval/arithmetic/accuracy": 0.1 + 0.2}, "entry": {"seed": 0}}
+    RunJournal(path, commit="abc").add(key, record)
+    again = RunJournal(path, commit="abc")
+    assert again.get(key) == record  # floats come back to the last bit
+    assert again.get({**key, "steps": 4}) is None
+    assert RunJournal(path, commit="def").get(key) is None  # another commit's numbers are never reused
+
+
+def test_run_journal_survives_a_writer_killed_mid_line(tmp_path):
+    from benchmarks.learning_efficiency import RunJournal
+
+    path = tmp_path / "runs.jsonl"
+    first, second = {"arm": "a"}, {"arm": "b"}
+    journal = RunJournal(path, commit="abc")
+    journal.add(first, {"final": {}, "entry": {}})
+    with open(path, "a") as handle:
+        handle.write('{"key": {"arm": "c"}, "comm')  # killed here
+    RunJournal(path, commit="abc").add(second, {"final": {"x": 1.0}, "entry": {}})
+    reread = RunJournal(path, commit="abc")
+    assert reread.get(first) is not None and reread.get(second) == {"final": {"x": 1.0}, "entry": {}}
+    assert reread.get({"arm": "c"}) is None
+
+
+def test_shard_parsing_names_the_variable():
+    from benchmarks.learning_efficiency import parse_shard
+
+    assert parse_shard(None) is None and parse_shard("1/2") == (1, 2)
+    for bad in ("2/2", "x", "1/0", "-1/2"):
+        with pytest.raises(ValueError, match="GMTS_LE_SHARD"):
+            parse_shard(bad)
