@@ -28,6 +28,7 @@ from benchmarks.report import BenchmarkUnavailable, machine_info, versions, writ
 # In the order they are built and run: the cheap, self-contained ones first.
 BENCHMARKS = (
     "selection_overhead",
+    "base_sensitivity",
     "rollout_throughput",
     "weight_sync",
     "selection_step",

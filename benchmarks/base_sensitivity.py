@@ -1,0 +1,84 @@
+"""Is the base policy on a plateau? Greedy accuracy of each tiny preset's warm-up at 90 %, 100 % and 110 % of its
+steps.
+
+Every absolute number of a toy table moves with the base it starts from. A warm-up that sits on a learning
+transition turns a thread count's worth of floating-point difference into ten points of base accuracy (the old
+600-step base did). The preset's warm-up must be converged: its greedy test accuracy should change by
+≤ 2 points when the warm-up is 10 % shorter or longer. Each warm-up is the one a run would train
+(``orchestrator.base_policy.prepare_policy``, cached and checksummed). It is scored greedily with HF ``generate`` on the preset's
+test split, with the task's own verifier. A run's step-0 vLLM evaluation reports the same base under
+``base/accuracy``.
+
+``--smoke`` scores the preset's own warm-up of ``cpu-tiny-s`` on 50 problems.
+"""
+
+from __future__ import annotations
+
+from benchmarks.report import BenchmarkResult, Figure
+
+PRESETS = ("cpu-tiny-s", "cpu-tiny-m")
+FACTORS = (0.9, 1.0, 1.1)
+TOLERANCE_POINTS = 2.0
+TEST_SET = "arithmetic"
+
+
+def run(smoke: bool) -> dict:
+    presets = PRESETS[:1] if smoke else PRESETS
+    factors = (1.0,) if smoke else FACTORS
+    limit = 50 if smoke else None
+    figures: list[Figure] = []
+    measurements: dict[str, dict] = {}
+    for preset in presets:
+        scores = {factor: _score(preset, factor, limit) for factor in factors}
+        measurements[preset] = {str(factor): score for factor, score in scores.items()}
+        own = scores[1.0]["accuracy"]
+        for factor, score in scores.items():
+            figures.append(Figure(f"{preset}: greedy test accuracy, warm-up {score['steps']} steps ({factor:.0%})",
+                                  round(100 * score["accuracy"], 2), "%",
+                                  f"{score['correct']}/{score['problems']}; sha256 {score['checksum'][:16]}"))
+        if len(scores) > 1:
+            spread = max(abs(s["accuracy"] - own) for s in scores.values()) * 100
+            figures.append(Figure(f"{preset}: largest change at ±10 % warm-up steps", round(spread, 2), "points",
+                                  f"plateau (≤ {TOLERANCE_POINTS:g} points): {spread <= TOLERANCE_POINTS}"))
+    return BenchmarkResult(
+        title="base policy: greedy test accuracy of each tiny preset's warm-up at ±10 % of its steps",
+        settings={"presets": list(presets), "factors": list(factors), "test_set": TEST_SET, "limit": limit,
+                  "tolerance_points": TOLERANCE_POINTS, "decoding": "HF generate, greedy, the preset's max_new_tokens"},
+        figures=figures, measurements=measurements,
+    ).as_dict()
+
+
+def _score(preset: str, factor: float, limit: int | None) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from orchestrator.base_policy import base_checksum, prepare_policy
+    from orchestrator.config_loader import load_experiment
+    from orchestrator.data import load_dataset, prompt_token_ids
+    from workers.reward.arithmetic_verifier import verify_arithmetic
+
+    config = load_experiment(preset, [])
+    steps = round(config.warmup.steps * factor)
+    config = load_experiment(preset, [f"warmup.steps={steps}"])
+    policy = prepare_policy(config)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
+    spec = config.data.eval[TEST_SET]
+    problems = load_dataset(spec if limit is None else spec.model_copy(update={"limit": limit}))
+    correct = 0
+    with torch.inference_mode():
+        for start in range(0, len(problems), 256):
+            chunk = problems[start:start + 256]
+            # Prompts of one length at a time: no padding, so nothing about the batch changes a prompt's logits.
+            by_length: dict[int, list] = {}
+            for problem in chunk:
+                ids = prompt_token_ids(problem, tokenizer, config.data.prompt_template)
+                by_length.setdefault(len(ids), []).append((ids, problem))
+            for items in by_length.values():
+                inputs = torch.tensor([ids for ids, _ in items])
+                out = model.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=False,
+                                     max_new_tokens=config.rollout.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
+                for row, (_, problem) in zip(out[:, inputs.shape[1]:], items):
+                    correct += verify_arithmetic(tokenizer.decode(row, skip_special_tokens=True), problem) == 1.0
+    return {"steps": steps, "problems": len(problems), "correct": int(correct), "accuracy": correct / len(problems),
+            "checksum": base_checksum(policy)}
