@@ -17,10 +17,11 @@ other's population (matched-scope pairs ``ets@group``, ``gmts@mini_batch``). ρ 
 The seed is ``training.seed`` (prompt order, rollout sampling seeds) and ``learner.seed`` (mini-batch shuffle).
 Runs are interleaved seed by seed, arms rotated. The full grid is hours on 2 cores; a reduced one is chosen with
 environment variables, and the report says which ran: ``GMTS_LE_SEEDS=0,1,2``, ``GMTS_LE_STEPS=30``,
-``GMTS_LE_ARMS=none,ets-release,gmts-release``, ``GMTS_LE_LRS=1e-4`` (one grid for every arm).
+``GMTS_LE_ARMS=none,ets-release,gmts-release``, ``GMTS_LE_LRS=1e-4`` (one grid for every arm), and
+``GMTS_LE_ARM_LRS="random=1e-4 ets@group=1e-4"`` (a grid of its own for the arms named).
 
 A grid of hours should survive a crash and use both cores: ``GMTS_LE_JOURNAL=<file.jsonl>`` appends every
-finished run to that file and reuses the runs already in it (same preset, steps, overrides and commit), and
+finished run to that file and reuses the runs already in it (same preset, steps, overrides and training code), and
 ``GMTS_LE_SHARD=k/n`` runs only every n-th run of the grid, from the k-th. Two processes with shards 0/2 and
 1/2 and one journal run the grid side by side; a last invocation without a shard finds every run in the
 journal and writes the table. Runs are deterministic whatever the load (docs/usage.md §8), so a run's
@@ -102,8 +103,10 @@ def settings_for(smoke: bool) -> dict:
     unknown = set(chosen["arms"]) - {a.name for a in ARMS}
     if unknown:
         raise ValueError(f"GMTS_LE_ARMS: unknown arms {sorted(unknown)}; arms are {[a.name for a in ARMS]}")
-    chosen["reduced"] = "no (the full grid)" if all(chosen[k] == FULL[k] for k in FULL) else \
-        f"yes: {', '.join(f'{k}={chosen[k]}' for k in FULL if chosen[k] != FULL[k])} (full: {FULL})"
+    chosen["arm_lrs"] = parse_arm_lrs(os.environ.get("GMTS_LE_ARM_LRS"), chosen["arms"])
+    chosen["reduced"] = "no (the full grid)" if all(chosen[k] == FULL[k] for k in FULL) and not chosen["arm_lrs"] \
+        else "yes: " + ", ".join([f"{k}={chosen[k]}" for k in FULL if chosen[k] != FULL[k]] +
+                                 [f"{arm} lrs={lrs}" for arm, lrs in chosen["arm_lrs"].items()]) + f" (full: {FULL})"
     return chosen
 
 
@@ -155,13 +158,13 @@ def run(smoke: bool) -> dict:
                             "GMTS_LE_SHARD, with the same GMTS_LE_JOURNAL, for the table")],
             measurements={"runs": per_run}).as_dict()
 
-    chosen_lr = {arm.name: _best_lr(finals, arm.name, cfg["lrs"]) for arm in arms}
+    chosen_lr = {arm.name: _best_lr(finals, arm.name, lrs_of(cfg, arm.name)) for arm in arms}
     test = {name: {seed: m[TEST_METRIC] for seed, m in finals[(name, lr)].items()} for name, lr in chosen_lr.items()}
     figures: list[Figure] = []
     for arm in arms:
         estimate = t_interval(list(test[arm.name].values()))
         lr_curve = "; ".join(f"lr {lr:g}: val {_mean(finals, arm.name, lr, VALIDATION_METRIC):.3f}, "
-                             f"test {_mean(finals, arm.name, lr, TEST_METRIC):.3f}" for lr in cfg["lrs"])
+                             f"test {_mean(finals, arm.name, lr, TEST_METRIC):.3f}" for lr in lrs_of(cfg, arm.name))
         drift = {key.rsplit("/", 1)[1]: _mean(finals, arm.name, chosen_lr[arm.name], key)
                  for key in ("eval/arithmetic/changed_vs_base", "eval/arithmetic/kl_to_base")
                  if all(key in m for m in finals[(arm.name, chosen_lr[arm.name])].values())}
@@ -182,7 +185,7 @@ def run(smoke: bool) -> dict:
     figures += _seed_check(per_run)
     return BenchmarkResult(
         title="test accuracy after a fixed number of RL steps, each arm at its validation-chosen lr (cpu-tiny-s)",
-        settings={"preset": PRESET, "seeds": cfg["seeds"], "rl_steps": cfg["steps"], "lr_grid": cfg["lrs"],
+        settings={"preset": PRESET, "seeds": cfg["seeds"], "rl_steps": cfg["steps"], "lr_grid": {a.name: lrs_of(cfg, a.name) for a in arms},
                   "arms": {a.name: a.config_overrides() for a in arms}, "reduced": cfg["reduced"],
                   "overrides": cfg["overrides"], "rl_step": rl_step_shape(PRESET, cfg["overrides"]),
                   "metric": f"{TEST_METRIC} (greedy, 1,173 held-out problems); lr chosen on {VALIDATION_METRIC}",
@@ -196,8 +199,26 @@ def _grid(cfg: dict, arms: list[Arm]):
     for index, seed in enumerate(cfg["seeds"]):
         shift = index % len(arms)
         for arm in arms[shift:] + arms[:shift]:
-            for lr in cfg["lrs"]:
+            for lr in lrs_of(cfg, arm.name):
                 yield arm, lr, seed
+
+
+def lrs_of(cfg: dict, arm: str) -> list[float]:
+    return cfg.get("arm_lrs", {}).get(arm, cfg["lrs"])
+
+
+def parse_arm_lrs(text: str | None, arms: list[str]) -> dict[str, list[float]]:
+    """``"random=1e-4 ets@group=1e-4,2e-4"`` → {arm: lrs}; every arm named must be one that runs."""
+    out: dict[str, list[float]] = {}
+    for item in (text or "").split():
+        arm, _, lrs = item.partition("=")
+        if arm not in arms:
+            raise ValueError(f"GMTS_LE_ARM_LRS: {arm!r} is not one of the arms that run: {arms}")
+        try:
+            out[arm] = [float(x) for x in lrs.split(",")]
+        except ValueError:
+            raise ValueError(f"GMTS_LE_ARM_LRS: {item!r}: expected arm=lr[,lr…]") from None
+    return out
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -215,12 +236,12 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 class RunJournal:
     """Finished runs, one JSON line each, keyed by what decides their numbers: preset, steps, overrides and the
-    code's commit. A line from another commit is never reused (the code that made it may compute differently);
-    floats round-trip exactly through JSON."""
+    version of the training code (``_code_version``). A line made by other training code is never reused (it may
+    compute differently); floats round-trip exactly through JSON."""
 
-    def __init__(self, path: Path, commit: str | None = None):
+    def __init__(self, path: Path, code_version: str | None = None):
         self.path = path
-        self.commit = commit if commit is not None else _commit()
+        self.code_version = code_version if code_version is not None else _code_version()
         self._records: dict[str, dict] = {}
         lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
         for number, line in enumerate(lines, 1):
@@ -232,17 +253,17 @@ class RunJournal:
                 # A process killed mid-write leaves a partial line: that run is simply run again.
                 logger.warning("GMTS_LE_JOURNAL: %s line %d is not JSON; ignoring it", path, number)
                 continue
-            self._records[self._id(item["key"], item["commit"])] = item["record"]
+            self._records[self._id(item["key"], item["code_version"])] = item["record"]
 
-    def _id(self, key: dict, commit: str) -> str:
-        return json.dumps({"key": key, "commit": commit}, sort_keys=True)
+    def _id(self, key: dict, code_version: str) -> str:
+        return json.dumps({"key": key, "code_version": code_version}, sort_keys=True)
 
     def get(self, key: dict) -> dict | None:
-        return self._records.get(self._id(key, self.commit))
+        return self._records.get(self._id(key, self.code_version))
 
     def add(self, key: dict, record: dict) -> None:
-        self._records[self._id(key, self.commit)] = record
-        line = json.dumps({"key": key, "commit": self.commit, "record": record}, sort_keys=True) + "\n"
+        self._records[self._id(key, self.code_version)] = record
+        line = json.dumps({"key": key, "code_version": self.code_version, "record": record}, sort_keys=True) + "\n"
         # One write per line, in append mode: two shards appending to one journal never interleave a line.
         with open(self.path, "a+b") as handle:
             handle.seek(0, os.SEEK_END)
@@ -253,17 +274,23 @@ class RunJournal:
             handle.write(line.encode())
 
 
-def _commit() -> str:
-    """The checkout's commit, plus a hash of ``git diff HEAD`` when tracked files differ from it (a journal then
-    matches only runs made from the same uncommitted state)."""
+# What a run's numbers depend on: the training code, the loop the benchmark drives, the pinned dependencies.
+# The benchmark's own report code, docs and tests are not in it, so editing them keeps a journal usable.
+TRAINING_CODE = ("orchestrator", "workers", "sweeps", "benchmarks/training_runs.py", "pyproject.toml")
+
+
+def _code_version() -> str:
+    """Git's object ids of ``TRAINING_CODE`` at HEAD, plus a hash of their uncommitted changes if any."""
     root = Path(__file__).resolve().parent.parent
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        diff = subprocess.run(["git", "diff", "HEAD"], cwd=root, capture_output=True, check=True).stdout
+        trees = subprocess.run(["git", "rev-parse", *(f"HEAD:{path}" for path in TRAINING_CODE)], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.split()
+        diff = subprocess.run(["git", "diff", "HEAD", "--", *TRAINING_CODE], cwd=root, capture_output=True,
+                              check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return head + (f"+diff-{hashlib.sha256(diff).hexdigest()[:12]}" if diff else "")
+    version = hashlib.sha256(" ".join(trees).encode()).hexdigest()[:16]
+    return version + (f"+diff-{hashlib.sha256(diff).hexdigest()[:12]}" if diff else "")
 
 
 def _best_lr(finals: dict, arm: str, lrs: list[float]) -> float:

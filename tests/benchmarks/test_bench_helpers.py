@@ -60,17 +60,17 @@ def test_seed_check():
     assert _seed_check(drift)[0].value == "False"
 
 
-def test_run_journal_reuses_runs_of_the_same_commit_and_key_only(tmp_path):
+def test_run_journal_reuses_runs_of_the_same_code_and_key_only(tmp_path):
     from benchmarks.learning_efficiency import RunJournal
 
     path = tmp_path / "runs.jsonl"
     key = {"preset": "cpu-tiny-s", "steps": 3, "arm": "gmts", "overrides": ["learner.lr=0.0001"]}
     record = {"final": {"eval/arithmetic/accuracy": 0.1 + 0.2}, "entry": {"seed": 0}}
-    RunJournal(path, commit="abc").add(key, record)
-    again = RunJournal(path, commit="abc")
+    RunJournal(path, code_version="abc").add(key, record)
+    again = RunJournal(path, code_version="abc")
     assert again.get(key) == record  # floats come back to the last bit
     assert again.get({**key, "steps": 4}) is None
-    assert RunJournal(path, commit="def").get(key) is None  # another commit's numbers are never reused
+    assert RunJournal(path, code_version="def").get(key) is None  # other training code's numbers are never reused
 
 
 def test_run_journal_survives_a_writer_killed_mid_line(tmp_path):
@@ -78,12 +78,12 @@ def test_run_journal_survives_a_writer_killed_mid_line(tmp_path):
 
     path = tmp_path / "runs.jsonl"
     first, second = {"arm": "a"}, {"arm": "b"}
-    journal = RunJournal(path, commit="abc")
+    journal = RunJournal(path, code_version="abc")
     journal.add(first, {"final": {}, "entry": {}})
     with open(path, "a") as handle:
-        handle.write('{"key": {"arm": "c"}, "comm')  # killed here
-    RunJournal(path, commit="abc").add(second, {"final": {"x": 1.0}, "entry": {}})
-    reread = RunJournal(path, commit="abc")
+        handle.write('{"key": {"arm": "c"}, "code')  # killed here
+    RunJournal(path, code_version="abc").add(second, {"final": {"x": 1.0}, "entry": {}})
+    reread = RunJournal(path, code_version="abc")
     assert reread.get(first) is not None and reread.get(second) == {"final": {"x": 1.0}, "entry": {}}
     assert reread.get({"arm": "c"}) is None
 
@@ -95,3 +95,24 @@ def test_shard_parsing_names_the_variable():
     for bad in ("2/2", "x", "1/0", "-1/2"):
         with pytest.raises(ValueError, match="GMTS_LE_SHARD"):
             parse_shard(bad)
+
+
+def test_arm_lrs_give_the_named_arms_their_own_grid():
+    from benchmarks.learning_efficiency import _grid, ARMS, lrs_of, parse_arm_lrs
+
+    arm_lrs = parse_arm_lrs("random=1e-4 ets@group=1e-4,3e-4", ["none", "random", "ets@group"])
+    assert arm_lrs == {"random": [1e-4], "ets@group": [1e-4, 3e-4]}
+    cfg = {"seeds": [0, 1], "lrs": [1e-4, 2e-4], "arm_lrs": arm_lrs}
+    arms = [a for a in ARMS if a.name in ("none", "random", "ets@group")]
+    runs = list(_grid(cfg, arms))
+    assert len(runs) == 2 * (2 + 1 + 2) and lrs_of(cfg, "none") == [1e-4, 2e-4]
+    assert {lr for arm, lr, _ in runs if arm.name == "random"} == {1e-4}
+    with pytest.raises(ValueError, match="GMTS_LE_ARM_LRS"):
+        parse_arm_lrs("gmts=1e-4", ["none"])
+
+
+def test_code_version_ignores_the_report_code_but_not_the_training_code():
+    from benchmarks.learning_efficiency import TRAINING_CODE
+
+    assert "orchestrator" in TRAINING_CODE and "workers" in TRAINING_CODE
+    assert not any(path.startswith(("docs", "tests", "benchmarks/learning_efficiency")) for path in TRAINING_CODE)
