@@ -132,6 +132,12 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
         time.sleep(interval)
 
 
+def reconcile(client) -> None:
+    """One pass of the app's background reconciler, now: reads serve only what it stored (statuses
+    from Ray, progress from MLflow), so a test that changed either runs a pass before it reads."""
+    client.app.state.plane.reconcile_once()
+
+
 def bearer(token: str = TOKEN) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
