@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
@@ -280,8 +281,17 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(422, "; ".join(f"{field}: {message}" for field, message in exc.errors[:5]), items)
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # Starlette names only the first route of the path in Allow (POST for /v1/sweeps, which also
+            # has GET); RFC 9110 wants every method the path supports. OPTIONS is not one: no CORS here.
+            allowed = sorted({method for route in request.app.routes
+                              if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                              for method in route.methods})
+            message = f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}"
+            return _error(405, message, headers={**(headers or {}), "Allow": ", ".join(allowed)})
+        return _error(exc.status_code, str(exc.detail), headers=headers)
 
     for exc_type, status in ((NotFound, 404), (Conflict, 409), (IdempotencyKeyReused, 422), (Unavailable, 503)):
         app.add_exception_handler(exc_type, _status_handler(status))
