@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from api.app import create_app
+from api.deferred import DeferredApp
 from api.ray_jobs import RayJobs
 from api.tracking import API_ID_TAG
 from tests.api.support import bearer, reconcile, serve, sweep_body, wait_for
@@ -95,3 +96,35 @@ def test_list_and_get_answer_from_sqlite_while_ray_and_mlflow_hang(settings, job
         "running", "RUNNING", expected["trials"], parent.info.run_id)
     assert [item["id"] for item in runs.json()["items"]] == [run["id"]]
     assert single.json()["status"] == "pending"
+
+
+def test_healthz_answers_while_the_app_is_still_loading(settings, jobs) -> None:
+    """gmts serve's wrapper (api/deferred.py) under real uvicorn: /healthz answers before the app is
+    built (its imports take seconds to a minute); other requests wait for it and then reach it."""
+    release, failed = threading.Event(), []
+
+    def load():
+        release.wait(60)
+        app = create_app(settings, jobs)
+        return app, app.state.plane.close
+
+    with serve(DeferredApp(load)) as url, httpx.Client(base_url=url, headers=bearer(), timeout=60) as http:
+        assert http.get("/healthz", timeout=5).json() == {"status": "ok"}  # the app is not built yet
+        waiting = []
+        reader = threading.Thread(target=lambda: waiting.append(http.get("/v1/sweeps")))
+        reader.start()
+        reader.join(1.0)
+        assert reader.is_alive() and not waiting  # held until the app exists
+        release.set()
+        reader.join(60)
+        assert waiting[0].status_code == 200 and waiting[0].json()["items"] == []
+        assert http.get("/v1/sweeps", headers={"Authorization": "Bearer wrong-token-0123456789"}).status_code == 401
+
+    def broken():
+        raise RuntimeError("no such module")
+
+    with serve(DeferredApp(broken, on_failure=lambda: failed.append(True))) as url:
+        response = wait_for(lambda: (r := httpx.get(f"{url}/v1/sweeps", timeout=10)).status_code == 503 and r, 30,
+                            0.1, "the failed load")
+        assert response.json()["message"] == "the API failed to start: RuntimeError: no such module"
+        assert failed == [True]
