@@ -71,7 +71,7 @@ def test_schemathesis_finds_nothing(settings_, jobs, tmp_path: Path) -> None:
             [str(SCHEMATHESIS), "--config-file", str(config), "run", f"{url}/openapi.json", "--checks", "all",
              "--phases", "examples,coverage,fuzzing,stateful", "--max-examples", "10", "--generation-deterministic",
              "--no-color"],
-            capture_output=True, text=True, timeout=900, check=False)
+            capture_output=True, text=True, timeout=900, check=False, cwd=tmp_path)  # its cache dir goes there
     report = done.stdout + done.stderr
     stateful = report.find("Stateful (")
     print(report[stateful:stateful + 300], report.split("SUMMARY")[-1])  # phases, links covered, test cases
