@@ -441,7 +441,8 @@ def test_cancel_leaves_nothing_running_at_any_point_of_a_job(api: ApiProcess, ra
     def reporting() -> str | None:
         nonlocal experiment
         experiment = experiment or mlflow.get_experiment_by_name("gmts-lab")
-        parents = mlflow.search_runs([experiment.experiment_id], f"tags.`gmts.sweep_id` = '{sweep['id']}'")
+        tagged = mlflow.search_runs([experiment.experiment_id], f"tags.`gmts.sweep_id` = '{sweep['id']}'")
+        parents = [r for r in tagged if PARENT_TAG not in r.data.tags]  # the trials carry the sweep id too
         if parents and parents[0].info.status == "FINISHED":
             assert _ray_status(ray_head, sweep["ray_submission_id"]) == "RUNNING", "missed the report phase"
             return parents[0].info.run_id
