@@ -14,6 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
@@ -31,7 +32,7 @@ from api.models import (
     SweepResults,
     TrialProgress,
 )
-from api.ray_jobs import JobsBackend, RayJobs, RayUnavailable
+from api.ray_jobs import JobsBackend, RayJobs
 from api.service import Conflict, ControlPlane, IdempotencyKeyReused, NotFound, Unavailable, View
 from api.settings import ApiSettings
 from api.store import Kind
@@ -143,17 +144,14 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
             response.headers["Idempotent-Replayed"] = "true"
         return _out(plane.view(record))
 
+    # Reads serve SQLite only: the background reconciler brings statuses from Ray and progress from
+    # MLflow into it (api/service.py), so that no list/get waits on either.
     def listing(kind: Kind, limit: int, status: str | None) -> SubmissionList:
-        warnings = []
-        try:
-            plane.reconcile_all()
-        except RayUnavailable as exc:
-            warnings.append(f"statuses not refreshed: {exc}")
         items = [_out(plane.view(record)) for record in plane.store.list(kind, limit, status)]
-        return SubmissionList(items=items, warnings=warnings)
+        return SubmissionList(items=items, warnings=[])
 
     def one(kind: Kind, api_id: str) -> SubmissionOut:
-        return _out(plane.view(plane.refresh(plane.get(kind, api_id))))
+        return _out(plane.view(plane.get(kind, api_id)))
 
     def cancelled(kind: Kind, api_id: str, response: Response) -> SubmissionOut:
         record, leftovers = plane.cancel(plane.get(kind, api_id))
@@ -186,9 +184,9 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
     @router.get("/sweeps/{sweep_id}/results", response_model=SweepResults, tags=["sweeps"])
     def sweep_results(sweep_id: SweepId) -> SweepResults:
         """The ablation table (sweeps.report.ablation_results on the parent run) as JSON."""
-        record = plane.refresh(plane.get("sweep", sweep_id))
-        record, parent, table = plane.results(record)
-        note = plane.results_note(record, plane.view(record).trials)
+        record = plane.get("sweep", sweep_id)
+        parent, trials, table = plane.results(record)
+        note = plane.results_note(record, trials)
         return SweepResults(sweep_id=record.id, status=record.status, parent_run_id=parent, complete=not note,
                             note=note, results=table)
 
@@ -243,11 +241,7 @@ def _out(view: View) -> SubmissionOut:
         created_at=datetime.fromtimestamp(record.created_at, UTC),
         updated_at=datetime.fromtimestamp(record.updated_at, UTC),
         trials=TrialProgress(**vars(view.trials)),
-        mlflow=MlflowLink(
-            experiment=record.experiment,
-            run_id=view.location.run_id if view.location else record.mlflow_run_id,
-            ui_url=view.ui_url,
-        ),
+        mlflow=MlflowLink(experiment=record.experiment, run_id=record.mlflow_run_id, ui_url=view.ui_url),
         links=Links(self=base, logs=f"{base}/logs", cancel=f"{base}/cancel",
                     results=f"{base}/results" if record.kind == "sweep" else None),
         settled=record.settled_at is not None,
@@ -287,8 +281,17 @@ def _add_error_handlers(app: FastAPI) -> None:
         return _error(422, "; ".join(f"{field}: {message}" for field, message in exc.errors[:5]), items)
 
     @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # Starlette names only the first route of the path in Allow (POST for /v1/sweeps, which also
+            # has GET); RFC 9110 wants every method the path supports. OPTIONS is not one: no CORS here.
+            allowed = sorted({method for route in request.app.routes
+                              if isinstance(route, APIRoute) and route.path_regex.match(request.url.path)
+                              for method in route.methods})
+            message = f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}"
+            return _error(405, message, headers={**(headers or {}), "Allow": ", ".join(allowed)})
+        return _error(exc.status_code, str(exc.detail), headers=headers)
 
     for exc_type, status in ((NotFound, 404), (Conflict, 409), (IdempotencyKeyReused, 422), (Unavailable, 503)):
         app.add_exception_handler(exc_type, _status_handler(status))

@@ -158,20 +158,30 @@ def _print(answer: Any) -> None:
 def _serve(host: str | None, port: int | None) -> int:
     import uvicorn
 
-    from api.app import create_app
+    from api.deferred import DeferredApp
     from api.settings import ApiSettings, SettingsError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         overrides = {key: value for key, value in (("host", host), ("port", port)) if value is not None}
         settings = ApiSettings(**overrides)
-        app = create_app(settings)
-    except SettingsError as exc:
+        settings.bearer_token()  # no token, no service: refused before anything listens
+        settings.ray_token()
+    except (SettingsError, ValueError) as exc:
         print(f"gmts serve: {exc}", file=sys.stderr)
         return 2
     if settings.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("binding to %s: the API is reachable from the network; put TLS in front of it", settings.host)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+
+    def load():
+        # Seconds to a minute of imports (request models, MLflow): behind a listening server (api/deferred.py).
+        from api.app import create_app
+
+        app = create_app(settings)
+        app.state.plane.start_background(settings.reconcile_interval_s)
+        return app, app.state.plane.close
+
+    uvicorn.run(DeferredApp(load), host=settings.host, port=settings.port, log_level="info")
     return 0
 
 

@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.kind == "sweep":
         from sweeps.run import main as run_sweep
 
-        return run_sweep([str(args.job_file), "--output-dir", str(args.output_dir or "runs")])
+        # The job file is <state>/jobs/<api id>.yaml: the sweep runs under the API's id (one id for users).
+        return run_sweep([str(args.job_file), "--output-dir", str(args.output_dir or "runs"),
+                          "--sweep-id", args.job_file.stem])
     from orchestrator.train import main as train
 
     return train(["--config", str(args.job_file)])

@@ -41,12 +41,24 @@ CREATE TABLE IF NOT EXISTS submissions (
     updated_at REAL NOT NULL,
     quiet_since REAL,
     settled_at REAL,
+    trials_running INTEGER NOT NULL DEFAULT 0,
+    trials_finished INTEGER NOT NULL DEFAULT 0,
+    trials_failed INTEGER NOT NULL DEFAULT 0,
+    trials_killed INTEGER NOT NULL DEFAULT 0,
+    mlflow_experiment_id TEXT,
+    tracking_warning TEXT NOT NULL DEFAULT '',
+    tracked_at REAL,
     UNIQUE (kind, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status);
 """
 # Columns added after the first release: (name, SQL type) added to an older database on open.
-ADDED_COLUMNS = (("quiet_since", "REAL"), ("settled_at", "REAL"))
+ADDED_COLUMNS = (
+    ("quiet_since", "REAL"), ("settled_at", "REAL"),
+    ("trials_running", "INTEGER NOT NULL DEFAULT 0"), ("trials_finished", "INTEGER NOT NULL DEFAULT 0"),
+    ("trials_failed", "INTEGER NOT NULL DEFAULT 0"), ("trials_killed", "INTEGER NOT NULL DEFAULT 0"),
+    ("mlflow_experiment_id", "TEXT"), ("tracking_warning", "TEXT NOT NULL DEFAULT ''"), ("tracked_at", "REAL"),
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,15 @@ class Submission:
     # api/reaper.py: since when checks found nothing of the finished job left; when that held long enough.
     quiet_since: float | None = None
     settled_at: float | None = None
+    # What MLflow said at the reconciler's last look (api/service.py ControlPlane.track): reads serve
+    # these, so that no list/get request waits on MLflow.
+    trials_running: int = 0
+    trials_finished: int = 0
+    trials_failed: int = 0
+    trials_killed: int = 0
+    mlflow_experiment_id: str | None = None
+    tracking_warning: str = ""
+    tracked_at: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -130,6 +151,11 @@ class SubmissionStore:
             row = self._db.execute(
                 "SELECT * FROM submissions WHERE kind = ? AND id = ?", (kind, submission_id)
             ).fetchone()
+        return None if row is None else _record(row)
+
+    def by_id(self, submission_id: str) -> Submission | None:
+        with self._lock:
+            row = self._db.execute("SELECT * FROM submissions WHERE id = ?", (submission_id,)).fetchone()
         return None if row is None else _record(row)
 
     def by_idempotency_key(self, kind: Kind, key: str) -> Submission | None:

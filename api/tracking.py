@@ -2,6 +2,8 @@
 mark runs KILLED on cancel, and fetch the ablation table.
 
 How a submission's MLflow run is found (most to least exact):
+0. a sweep the service launched runs under its API id (``sweeps.run --sweep-id sw-…``): its parent run
+   carries ``gmts.sweep_id=<id>`` from the moment it opens;
 1. the service sets the config tag ``gmts_api_id=<id>`` (``tracking.tags``) on every run it launches,
    so a single run carries it and so does every child run of a sweep; a sweep's parent is then the
    ``mlflow.parentRunId`` of any child (or a run with the tag and no parent, if ``sweeps.run`` tags its
@@ -20,7 +22,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from api.store import Submission
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, TRIAL_TAG
+from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,11 @@ class TrackingView:
         return location
 
     def _by_api_id(self, record: Submission, exp: str) -> RunLocation | None:
+        if record.kind == "sweep":
+            parents = self.client.search_runs([exp], f"tags.`{SWEEP_ID_TAG}` = '{record.id}'", max_results=10)
+            for run in parents:
+                if PARENT_TAG not in run.data.tags:
+                    return RunLocation(run.info.run_id, exp, exact=True)
         runs = self.client.search_runs([exp], f"tags.`{API_ID_TAG}` = '{record.id}'", max_results=1000)
         for run in runs:
             if PARENT_TAG not in run.data.tags:

@@ -169,12 +169,45 @@ class ExperimentConfig(_Strict):
         return self.output_dir / self.name
 
     def tracking_uri(self) -> str:
-        """Config first, then the environment, then a SQLite store beside the runs."""
+        """Config first, then the environment, then a SQLite store beside the runs — unless that store
+        would lie in Ray's temporary copy of a job's working directory (UnfindableStore)."""
         if self.tracking.tracking_uri:
             return self.tracking.tracking_uri
         if os.environ.get("MLFLOW_TRACKING_URI"):
             return os.environ["MLFLOW_TRACKING_URI"]
-        return f"sqlite:///{(self.output_dir / 'mlflow.db').resolve()}"
+        return default_store_uri(self.output_dir, "tracking.tracking_uri", "output_dir")
+
+
+class UnfindableStore(ValueError):
+    """No tracking URI was given and the default SQLite store would vanish with Ray's job folder."""
+
+
+def ray_working_dir_copy(path: Path) -> Path | None:
+    """The folder of Ray's temporary working-dir copy that ``path`` lies in, else None.
+
+    ``ray job submit --working-dir .`` uploads the folder and runs the job in an unpacked copy,
+    ``<ray temp>/session_…/runtime_resources/working_dir_files/_ray_pkg_<hash>/``: a relative
+    ``output_dir`` (default ``runs``) lands in there, out of the user's sight, and Ray deletes it."""
+    parts = path.resolve().parts
+    for index in range(len(parts) - 1):
+        if parts[index:index + 2] == ("runtime_resources", "working_dir_files"):
+            return Path(*parts[:index + 3])
+    return None
+
+
+def default_store_uri(output_dir: Path, uri_field: str, dir_field: str) -> str:
+    """``sqlite:///<output_dir>/mlflow.db``; refused inside a Ray job's temporary working-dir copy, where
+    a run would log silently into a store no MLflow UI shows (issue 16), naming what to set instead."""
+    store = (output_dir / "mlflow.db").resolve()
+    copy = ray_working_dir_copy(store)
+    if copy is not None:
+        raise UnfindableStore(
+            f"{uri_field}: not set, and MLFLOW_TRACKING_URI is not set either, so this run would log into "
+            f"{store}, inside Ray's temporary copy of the job's working directory ({copy}), which no MLflow "
+            "UI shows and Ray deletes. Set MLFLOW_TRACKING_URI for the job (ray job submit --runtime-env-json "
+            '\'{"env_vars": {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"}}\' …), or '
+            f"{uri_field}=<uri>, or an absolute {dir_field} outside that copy")
+    return f"sqlite:///{store}"
 
 
 def flatten(config: BaseModel) -> dict[str, str]:

@@ -25,7 +25,7 @@ from transformers import AutoTokenizer
 from orchestrator import checkpointing
 from orchestrator.base_policy import policy_checksum, prepare_policy
 from orchestrator.cluster import actor_runtime_env, connect
-from orchestrator.config import ExperimentConfig
+from orchestrator.config import ExperimentConfig, UnfindableStore
 from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator.data import PromptSampler, load_dataset
 from orchestrator.evaluation import BASE_REFERENCE_FILE, BaseReference, base_metrics, base_reference, evaluate
@@ -304,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_experiment(args.config, args.overrides)
-    except ConfigError as exc:
+        config.tracking_uri()  # refuses a store in Ray's temporary job folder before anything starts
+    except (ConfigError, UnfindableStore) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     connect(args.address)

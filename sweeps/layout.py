@@ -6,12 +6,14 @@
       <sweep_id>/sweep.json            this record; spec.yaml (the resolved spec)
       <sweep_id>/<trial name>/         each trial's run_dir: its real checkpoints
 
-Each sweep gets a fresh ``sweep_id`` (spec name + UTC time), so that a new sweep never picks up
+Each sweep gets a fresh ``sweep_id`` (spec name + UTC time, or the caller's ``--sweep-id``: the API
+passes its ``sw-…`` id, so a sweep has one id everywhere), so that a new sweep never picks up
 the checkpoints of an older one; ``--resume`` reopens the newest sweep of the spec (or a given id).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +26,8 @@ from orchestrator.config_loader import ConfigError
 from sweeps.spec import SweepSpec
 
 RECORD_FILE = "sweep.json"
+# A sweep id names folders and MLflow runs: letters, digits, '.', '_', '-'; no path separators.
+SWEEP_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class SweepRecord(BaseModel):
@@ -61,13 +65,21 @@ class SweepLayout:
         return self.tune_storage / self.sweep_id
 
 
-def new_record(spec: SweepSpec, output_dir: Path, tracking_uri: str) -> SweepRecord:
+def new_record(spec: SweepSpec, output_dir: Path, tracking_uri: str, sweep_id: str | None = None) -> SweepRecord:
+    """A new sweep's record; its id is ``sweep_id`` when the caller has one (the API passes its own
+    ``sw-…`` id, so that users see one id), else ``<spec name>-<UTC time>``."""
     now = datetime.now(UTC)
-    base = f"{spec.name}-{now:%Y%m%d-%H%M%S}"
-    sweep_id, n = base, 1
-    while (output_dir / sweep_id).exists():  # two sweeps started within one second
-        n += 1
-        sweep_id = f"{base}-{n}"
+    if sweep_id is not None:
+        if not SWEEP_ID_PATTERN.fullmatch(sweep_id):
+            raise ConfigError(f"--sweep-id: {sweep_id!r} must match {SWEEP_ID_PATTERN.pattern} (it names a folder)")
+        if (output_dir / sweep_id).exists():
+            raise ConfigError(f"--sweep-id: sweep {sweep_id!r} exists in {output_dir}; use --resume {sweep_id} to continue it")
+    else:
+        base = f"{spec.name}-{now:%Y%m%d-%H%M%S}"
+        sweep_id, n = base, 1
+        while (output_dir / sweep_id).exists():  # two sweeps started within one second
+            n += 1
+            sweep_id = f"{base}-{n}"
     return SweepRecord(
         sweep_id=sweep_id,
         spec_name=spec.name,

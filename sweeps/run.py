@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     try:
         spec = load_spec(args.spec, args.set)
-        prepared = prepare_sweep(spec, args.output_dir, args.resume)
+        if args.sweep_id and args.resume:
+            raise ConfigError("--sweep-id names a new sweep; to continue one, pass its id to --resume")
+        prepared = prepare_sweep(spec, args.output_dir, args.resume, args.sweep_id)
     except ConfigError as exc:
         console.print(f"[red]invalid sweep:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
@@ -87,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
         help="continue the newest interrupted sweep of SPEC (or SWEEP_ID): only unfinished trials rerun",
     )
     parser.add_argument("--output-dir", type=Path, default=Path("runs"), help="sweep folders and the default MLflow store")
+    parser.add_argument("--sweep-id", help="id of the new sweep (folders, gmts.sweep_id tag, parent run name); "
+                        "default <spec name>-<UTC time>. The API passes its own sw-… id")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
     return parser
 

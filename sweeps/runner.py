@@ -52,16 +52,18 @@ class SweepOutcome:
     unfinished: list[str]  # trial names stopped by an interruption (resume with --resume)
 
 
-def prepare_sweep(spec: SweepSpec, output_dir: Path, resume: bool | str = False) -> PreparedSweep:
+def prepare_sweep(spec: SweepSpec, output_dir: Path, resume: bool | str = False,
+                  sweep_id: str | None = None) -> PreparedSweep:
     """Validate the spec, every trial config and the resume target; touches nothing yet.
 
     ``resume``: False (a new sweep), True (the newest sweep of this spec) or a sweep id.
+    ``sweep_id``: the id of a new sweep (default: spec name + UTC time).
     """
     output_dir = Path(output_dir).resolve()
     if resume:
         record = find_record(output_dir, spec, None if resume is True else str(resume))
     else:
-        record = new_record(spec, output_dir, resolve_tracking_uri(spec, output_dir))
+        record = new_record(spec, output_dir, resolve_tracking_uri(spec, output_dir), sweep_id)
     layout = SweepLayout(output_dir, record.sweep_id)
     if resume and not can_restore(layout):
         raise ConfigError(f"--resume: sweep {record.sweep_id!r} has no Ray Tune state in {layout.tune_dir} to resume")

@@ -43,8 +43,28 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _axis(items: dict[str, Any] | None = None):
+    """The JSON schema of a grid axis says what the validators below accept (so that a client, and
+    schemathesis, can tell a valid request from a refused one): at least one value, each value as
+    ``items`` says. The checks themselves stay in the validators, whose messages name the value."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        for option in schema.get("anyOf", [schema]):
+            if option.get("type") == "array":
+                option["minItems"] = 1
+                option.setdefault("items", {}).update(items or {})
+
+    return extra
+
+
+# The upper bounds api/limits.py enforces on these fields, stated in the schema too.
+SEED_ITEMS = {"minimum": 0, "maximum": 2**32 - 1}
+
+
 class BaseExperiment(_Strict):
-    preset: str = Field(description="Experiment preset (or YAML path) every trial starts from.")
+    preset: str = Field(min_length=1, max_length=4096,
+                        description="Experiment preset name (e.g. cpu-tiny-s) or absolute YAML path under the "
+                        "server's allowed roots, that every trial starts from.")
     overrides: dict[str, Any] = Field(
         default_factory=dict, description="Dotted config keys → values applied to every trial (like --set)."
     )
@@ -52,20 +72,25 @@ class BaseExperiment(_Strict):
 
 class GridAxes(_Strict):
     method: list[str] | None = Field(
-        None, description="Selection methods (none, ets, gmts, gmts_exact, random) or reference recipes "
+        None, json_schema_extra=_axis({"enum": [*SelectionMethod.__args__, *sorted(RECIPES)]}), description="Selection methods (none, ets, gmts, gmts_exact, random) or reference recipes "
         "(ets-8020, ets-trl, ets-release, gmts-release, gmts-paper).")
-    scope: list[SelectionScope] | None = Field(None, description="Ranking populations (not with a recipe, which fixes it).")
+    scope: list[SelectionScope] | None = Field(None, json_schema_extra=_axis(), description="Ranking populations (not with a recipe, which fixes it).")
     denominator: list[Literal["all", "selected"]] | None = Field(
-        None, description="What the policy-gradient term is normalised by: all response tokens "
+        None, json_schema_extra=_axis(), description="What the policy-gradient term is normalised by: all response tokens "
         "(apply_to=advantage) or the selected ones (apply_to=loss); not with a recipe.")
-    ratio: list[float] | None = None
-    mode: list[Literal["top", "bottom"]] | None = None
-    model_size: list[str] | None = Field(None, description="Experiment preset names, one per model size.")
-    algorithm: list[Literal["grpo", "dapo"]] | None = None
-    seed: list[int] | None = None
-    lr: list[float] | None = Field(None, description="Learner learning rates, for every method without its own list.")
+    ratio: list[float] | None = Field(None, json_schema_extra=_axis({"exclusiveMinimum": 0, "maximum": 1}))
+    mode: list[Literal["top", "bottom"]] | None = Field(None, json_schema_extra=_axis())
+    model_size: list[str] | None = Field(None, json_schema_extra=_axis({"minLength": 1}),
+                                         description="Experiment preset names, one per model size.")
+    algorithm: list[Literal["grpo", "dapo"]] | None = Field(None, json_schema_extra=_axis())
+    seed: list[int] | None = Field(None, json_schema_extra=_axis(SEED_ITEMS))
+    lr: list[float] | None = Field(None, json_schema_extra=_axis({"exclusiveMinimum": 0}), description="Learner learning rates, for every method without its own list.")
     lr_by_method: dict[str, list[float]] | None = Field(
-        None, description="Method → its own lr list (arms compared each at the lr that suits it; the report "
+        None, json_schema_extra=lambda schema: [
+            option.update(additionalProperties={"type": "array", "minItems": 1,
+                                                "items": {"type": "number", "exclusiveMinimum": 0}})
+            for option in schema["anyOf"] if option.get("type") == "object"],
+        description="Method → its own lr list (arms compared each at the lr that suits it; the report "
         "chooses each arm's lr on a validation set). Methods not listed use `lr` (or the preset's).")
 
     @field_validator("lr")
@@ -117,10 +142,14 @@ class SweepSpec(_Strict):
     description: str = ""
     base: BaseExperiment
     grid: GridAxes = Field(default_factory=GridAxes)
-    trials: list[dict[str, Any]] = Field(default_factory=list, description="Extra explicit grid points.")
-    exclude: list[dict[str, Any]] = Field(default_factory=list, description="Grid points matching all keys are dropped.")
-    max_concurrent_trials: int = Field(1, ge=1)
-    max_failures: int = Field(2, ge=0, description="Restarts of a crashed trial (from its last checkpoint).")
+    trials: list[dict[str, Any]] = Field(default_factory=list, description="Extra explicit grid points.",
+                                         json_schema_extra={"items": {"type": "object", "propertyNames": {"enum": list(AXES)}}})
+    exclude: list[dict[str, Any]] = Field(default_factory=list, description="Grid points matching all keys are dropped.",
+                                          json_schema_extra={"items": {"type": "object", "propertyNames": {"enum": list(AXES)}}})
+    # Upper bounds: api/limits.py's, stated here for the schema (the service enforces them).
+    max_concurrent_trials: int = Field(1, ge=1, json_schema_extra={"maximum": 1024})
+    max_failures: int = Field(2, ge=0, json_schema_extra={"maximum": 100},
+                              description="Restarts of a crashed trial (from its last checkpoint).")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI or runs/mlflow.db.")
     experiment: str = Field("gmts-lab", description="MLflow experiment of the parent and child runs.")
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.entities import Param, Run, RunStatus, RunTag
 
+from orchestrator.config import UnfindableStore, default_store_uri
+from orchestrator.config_loader import ConfigError
 from sweeps.spec import SweepSpec
 
 logger = logging.getLogger(__name__)
@@ -36,7 +38,10 @@ def resolve_tracking_uri(spec: SweepSpec, output_dir: Path) -> str:
         return spec.tracking_uri
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
-    return default_tracking_uri(output_dir)
+    try:  # not inside Ray's temporary working-dir copy of a `ray job submit` (orchestrator/config.py)
+        return default_store_uri(Path(output_dir), "tracking_uri", "--output-dir")
+    except UnfindableStore as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def default_tracking_uri(output_dir: Path) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
@@ -69,7 +70,13 @@ def client(settings: ApiSettings, jobs: FakeJobs) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def served(settings: ApiSettings, jobs: FakeJobs) -> Iterator[str]:
+def served_app(settings: ApiSettings, jobs: FakeJobs) -> FastAPI:
+    """The app that ``served`` serves (for ``support.reconcile``)."""
+    return create_app(settings, jobs)
+
+
+@pytest.fixture
+def served(served_app: FastAPI) -> Iterator[str]:
     """The app under a real uvicorn server on a free loopback port; yields its base URL."""
-    with serve(create_app(settings, jobs)) as url:
+    with serve(served_app) as url:
         yield url

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import uvicorn
 import yaml
+from fastapi.testclient import TestClient
 
 from api.ray_jobs import JobNotFound, JobState, LiveProcess, RayUnavailable
 
@@ -130,6 +131,13 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(interval)
+
+
+def reconcile(client_or_app) -> None:
+    """One pass of the app's background reconciler, now: reads serve only what it stored (statuses
+    from Ray, progress from MLflow), so a test that changed either runs a pass before it reads."""
+    app = client_or_app.app if isinstance(client_or_app, TestClient) else client_or_app
+    app.state.plane.reconcile_once()
 
 
 def bearer(token: str = TOKEN) -> dict[str, str]:

@@ -27,7 +27,7 @@ from orchestrator.config_loader import load_experiment
 from sweeps.report import ablation_results
 from sweeps.spec import expand, load_spec
 from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
-from tests.api.support import TOKEN, FakeJobs, bearer, sweep_body, wait_for, write_yaml
+from tests.api.support import TOKEN, FakeJobs, bearer, reconcile, sweep_body, wait_for, write_yaml
 
 V1_CALLS = [
     ("POST", "/v1/sweeps"),
@@ -136,11 +136,15 @@ def test_status_follows_ray(client, jobs) -> None:
     sweep = _submit(client)
     sid = sweep["ray_submission_id"]
     jobs.set(sid, "RUNNING")
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "pending"  # until the reconciler's next pass
+    reconcile(client)
     assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "running"
     jobs.set(sid, "SUCCEEDED", "Job finished successfully.")
+    reconcile(client)
     body = client.get(f"/v1/sweeps/{sweep['id']}").json()
     assert (body["status"], body["ray_status"], body["message"]) == ("succeeded", "SUCCEEDED", "Job finished successfully.")
     jobs.set(sid, "FAILED")  # a finished record is final: Ray is not asked again
+    reconcile(client)
     assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "succeeded"
     listed = client.get("/v1/sweeps", params={"status": "succeeded"}).json()["items"]
     assert [item["id"] for item in listed] == [sweep["id"]]
@@ -393,6 +397,7 @@ def test_records_survive_a_restart_and_are_reconciled_on_start_up(settings, jobs
     with TestClient(create_app(settings, jobs), headers=bearer()) as client:
         running, lost = _submit(client), _submit(client)
         jobs.set(running["ray_submission_id"], "RUNNING")
+        reconcile(client)
         assert client.get(f"/v1/sweeps/{running['id']}").json()["status"] == "running"
     jobs.set(running["ray_submission_id"], "SUCCEEDED")
     del jobs.jobs[lost["ray_submission_id"]]  # e.g. the Ray cluster was replaced while we were down
@@ -432,6 +437,7 @@ def test_cancel_stops_the_job_and_kills_the_mlflow_runs(client, jobs, settings) 
     sweep = _submit(client)
     jobs.set(sweep["ray_submission_id"], "RUNNING")
     mlflow, parent, children = _fake_sweep_runs(settings, sweep["id"], "api-test")
+    reconcile(client)
     status = client.get(f"/v1/sweeps/{sweep['id']}").json()
     assert status["mlflow"]["run_id"] == parent
     assert mlflow.get_run(parent).data.tags[API_ID_TAG] == sweep["id"]  # one id, in MLflow too
@@ -472,7 +478,7 @@ def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(setti
     after the cancel: the cancel answers 202 naming it, the service escalates to SIGKILL — here in a
     restarted API process — closes the late run KILLED, and settles the record. The driver is a real
     process (its command line is the job's entrypoint); Ray is the fake of conftest.py."""
-    settings.reconcile_interval_s, settings.kill_grace_s, settings.settle_quiet_s = 0.3, 2.0, 1.0
+    settings.reconcile_interval_s, settings.kill_grace_s, settings.settle_quiet_s = 0.3, 8.0, 1.0
     stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
     with TestClient(create_app(settings, jobs), headers=bearer()) as client:
         sweep = _submit(client)
@@ -512,6 +518,7 @@ def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
     assert response.status_code == 202
     assert response.json()["status"] == "running" and response.json()["cancel_requested"] is True
     jobs.set(sweep["ray_submission_id"], "STOPPED")
+    reconcile(client)
     assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "cancelled"
 
 
@@ -526,6 +533,7 @@ def test_a_restarted_trial_counts_once_and_its_dead_attempt_is_closed(client, jo
     mlflow.set_terminated(children[2], "FINISHED")
     mlflow.set_terminated(parent, "FINISHED")
     jobs.set(sweep["ray_submission_id"], "SUCCEEDED")
+    reconcile(client)
     body = client.get(f"/v1/sweeps/{sweep['id']}").json()
     assert body["status"] == "succeeded"
     assert body["trials"] == {"total": 3, "running": 0, "finished": 3, "failed": 0, "killed": 0}
@@ -547,6 +555,7 @@ def test_results_are_the_reports_ablation_table(client, jobs, settings) -> None:
     assert early.status_code == 409 and "no MLflow parent run yet" in early.json()["message"]
     _, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
     jobs.set(sweep["ray_submission_id"], "SUCCEEDED")
+    reconcile(client)
     response = client.get(f"/v1/sweeps/{sweep['id']}/results")
     assert response.status_code == 200, response.text
     body = response.json()

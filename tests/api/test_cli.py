@@ -10,7 +10,7 @@ import pytest
 
 from api.cli import main
 from api.client import ApiError, GmtsClient
-from tests.api.support import TOKEN, sweep_body, write_yaml
+from tests.api.support import TOKEN, reconcile, sweep_body, write_yaml
 
 
 @pytest.fixture
@@ -31,12 +31,13 @@ def gmts(served: str, monkeypatch, capsys):
     return run
 
 
-def test_sweep_commands(gmts, jobs, tmp_path: Path) -> None:
+def test_sweep_commands(gmts, jobs, served_app, tmp_path: Path) -> None:
     spec = write_yaml(tmp_path / "spec.yaml", sweep_body())
     status, sweep, _ = gmts("sweep", "submit", str(spec), "--idempotency-key", "cli-1")
     assert status == 0 and sweep["status"] == "pending"
     assert gmts("sweep", "submit", str(spec), "--idempotency-key", "cli-1")[1]["id"] == sweep["id"]
     jobs.set(sweep["ray_submission_id"], "RUNNING", logs="starting\ntrial 1 done\n")
+    reconcile(served_app)
     assert gmts("sweep", "status", sweep["id"])[1]["status"] == "running"
     assert [item["id"] for item in gmts("sweep", "list")[1]["items"]] == [sweep["id"]]
     assert gmts("sweep", "logs", sweep["id"], "--tail", "1", "--json")[1]["lines"] == ["trial 1 done"]
@@ -63,11 +64,12 @@ def test_the_smoke_spec_is_two_small_trials(gmts, jobs, settings) -> None:
     assert all(t.config.data.eval["arithmetic"].limit == 16 for t in trials)
 
 
-def test_run_commands(gmts, jobs) -> None:
+def test_run_commands(gmts, jobs, served_app) -> None:
     status, run, err = gmts("run", "submit", "cpu-tiny-s", "--set", "training.steps=1", "--set", "name=cli-run")
     assert status == 0, err
     assert run["name"] == "cli-run"
     jobs.set(run["ray_submission_id"], "SUCCEEDED")
+    reconcile(served_app)
     assert gmts("run", "status", run["id"])[1]["status"] == "succeeded"
     status, _, err = gmts("run", "submit", "cpu-tiny-s", "--set", "selection.ratio=2.0")
     assert status == 1 and "HTTP 422" in err and "overrides.selection.ratio" in err
@@ -81,11 +83,12 @@ def test_errors_reach_the_user(gmts, monkeypatch, tmp_path: Path) -> None:
     assert status == 1 and "neither a file nor a shipped spec" in err
 
 
-def test_typed_client(served: str, jobs) -> None:
+def test_typed_client(served: str, served_app, jobs) -> None:
     with GmtsClient(served, TOKEN) as client:
         sweep = client.submit_sweep(sweep_body())
         assert client.sweep(sweep.id).trials.total == 3
         jobs.set(sweep.ray_submission_id, "SUCCEEDED")
+        reconcile(served_app)
         assert client.wait(sweep.id, timeout=5, interval=0.1).status == "succeeded"
         assert client.ready().ready is True
         with pytest.raises(ApiError) as error:
@@ -118,12 +121,13 @@ def test_submit_takes_set_overrides_of_the_spec(gmts, jobs, served, tmp_path: Pa
     assert status == 1 and "'name' is a value" in err
 
 
-def test_results_print_the_table_and_json_on_request(gmts, jobs, settings) -> None:
+def test_results_print_the_table_and_json_on_request(gmts, jobs, settings, served_app) -> None:
     from tests.api.test_app import _fake_sweep_runs
 
     status, sweep, _ = gmts("sweep", "submit", str(write_yaml(settings.state_dir / "s.yaml", sweep_body())))
     _, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
     jobs.set(sweep["ray_submission_id"], "RUNNING")
+    reconcile(served_app)
     status, out, err = gmts("sweep", "results", sweep["id"])
     assert status == 0, err
     assert isinstance(out, str) and "PARTIAL: the sweep is still running" in out

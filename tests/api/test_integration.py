@@ -7,9 +7,16 @@
    says KILLED;
 4. the first sweep is polled to success and its results equal ``sweeps.report.ablation_results`` read
    straight from MLflow;
-5. single runs are cancelled at points of a job's life (right after submit, while queued/starting;
-   while training, with its actors up): each time Ray says STOPPED, no process of the job is left on
-   the machine, Ray's state API lists no live driver or actor of it, and its MLflow runs are KILLED.
+5. jobs are cancelled at every point of their life — a run right after submit (queued/starting),
+   during its supervised warm-up (its MLflow run open, no actors yet), while training (actors up),
+   and a sweep while it writes its report (trials finished, parent run closed): each time Ray says
+   STOPPED, no process of the job is left on the machine, Ray's state API lists no live driver or
+   actor of it, and its MLflow runs are KILLED (the reporting sweep: its parent KILLED, its finished
+   trials FINISHED);
+6. a training run submitted with ``ray job submit`` but no tracking URI refuses to log into Ray's
+   temporary working-dir copy, naming MLFLOW_TRACKING_URI.
+
+One Ray head, MLflow server and API process serve the whole module.
 
 Everything started here is stopped here: the Ray head through its process group plus every
 descendant recorded before teardown (Ray starts job drivers in their own sessions), never
@@ -138,18 +145,29 @@ def ray_head(work: Path, processes: Processes) -> Iterator[str]:
     args = [str(VENV_BIN / "ray"), "start", "--head", "--block", "--num-cpus", "2", "--node-ip-address", "127.0.0.1",
             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard), "--include-dashboard", "true",
             "--temp-dir", str(work / "ray"), "--disable-usage-stats", *[x for pair in ports.items() for x in pair]]
-    # The job's working directory is the head's: start it in the repository, like a user would.
-    proc = processes.start(args, work / "ray-head.log", env=env, cwd=REPO)
     url = f"http://127.0.0.1:{dashboard}"
+    # On a loaded machine the raylet may miss Ray's fixed 30 s registration window ("The current node
+    # timed out during startup") after the dashboard already answered: the head is up only once `ray
+    # start` says "Ray runtime started"; a head that died starting is started again (3 tries).
+    for attempt in range(3):
+        log = work / f"ray-head-{attempt}.log"
+        # The job's working directory is the head's: start it in the repository, like a user would.
+        proc = processes.start(args, log, env=env, cwd=REPO)
 
-    def up() -> bool:
-        assert proc.poll() is None, (work / "ray-head.log").read_text()[-3000:]
-        try:
-            return httpx.get(f"{url}/api/version", headers=bearer(TOKEN), timeout=5).status_code == 200
-        except httpx.HTTPError:
-            return False
+        def up() -> bool:
+            if proc.poll() is not None:
+                return True  # died: judged below
+            try:
+                answers = httpx.get(f"{url}/api/version", headers=bearer(TOKEN), timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return False
+            return answers and "Ray runtime started" in log.read_text()
 
-    wait_for(up, 180, what="the Ray head")
+        wait_for(up, 300, what="the Ray head")
+        if proc.poll() is None:
+            break
+        processes.stop(proc)
+        assert attempt < 2, log.read_text()[-3000:]
     yield url
     _stop_every_job(url)
     processes.stop(proc)
@@ -214,12 +232,12 @@ class ApiProcess:
 
         def up() -> bool:
             assert self.proc.poll() is None, (self.work / "api.log").read_text()[-3000:]
-            try:
-                return httpx.get(f"{self.url}/healthz", timeout=5).status_code == 200
+            try:  # /healthz answers at once (api/deferred.py); /readyz once the app is loaded
+                return httpx.get(f"{self.url}/readyz", timeout=30).status_code == 200
             except httpx.HTTPError:
                 return False
 
-        wait_for(up, 180, what="the API")
+        wait_for(up, 600, what="the API")
 
     def stop(self) -> None:
         self.processes.stop(self.proc)
@@ -268,9 +286,9 @@ def test_sweeps_over_rest_against_real_ray_and_mlflow(api: ApiProcess, ray_head:
     # 2. restart the API mid-sweep: the new process reports what Ray reports
     api.stop()
     api.start()
-    after_restart = _status(api, first["id"])
-    ray_now = _ray_status(ray_head, first["ray_submission_id"])
-    assert after_restart["status"] == {"RUNNING": "running", "SUCCEEDED": "succeeded"}[ray_now], (after_restart, ray_now)
+    ray_now = {"RUNNING": "running", "SUCCEEDED": "succeeded"}[_ray_status(ray_head, first["ray_submission_id"])]
+    # reads serve the reconciler's rows; its first pass starts with the process
+    wait_for(lambda: _status(api, first["id"])["status"] in (ray_now, "succeeded"), 30, 1, "the status Ray reports")
     timings["restart"] = time.monotonic() - started
 
     # 3. a second sweep, cancelled while it waits behind the first (both trials need the 2 CPUs)
@@ -339,9 +357,12 @@ def _job_processes(job_file: str) -> list[int]:
     return [p.pid for p in psutil.process_iter(["cmdline"]) if job_file in (p.info.get("cmdline") or [])]
 
 
-def _assert_gone(api: ApiProcess, ray_head: str, mlflow_server: str, run: dict, ray_job_id: str | None) -> None:
+def _assert_gone(api: ApiProcess, ray_head: str, mlflow_server: str, run: dict, ray_job_id: str | None,
+                 finished: tuple[str, ...] = ()) -> list:
+    """Nothing of the job is left; its MLflow runs are KILLED (but the ids in ``finished``: FINISHED)."""
     ray_jobs = RayJobs(ray_head, TOKEN)
     assert _ray_status(ray_head, run["ray_submission_id"]) == "STOPPED"
+    kind = "sweep" if run["id"].startswith("sw-") else "run"
     job_file = str(api.work / "state" / "jobs" / f"{run['id']}.yaml")
     assert _job_processes(job_file) == []
     state = ray_jobs.state(run["ray_submission_id"])
@@ -352,7 +373,8 @@ def _assert_gone(api: ApiProcess, ray_head: str, mlflow_server: str, run: dict, 
     mlflow = MlflowClient(mlflow_server)
     experiment = mlflow.get_experiment_by_name("gmts-lab")
     runs = mlflow.search_runs([experiment.experiment_id], f"tags.`{API_ID_TAG}` = '{run['id']}'") if experiment else []
-    assert all(r.info.status == "KILLED" for r in runs), [(r.info.run_id, r.info.status) for r in runs]
+    expected = {r.info.run_id: "FINISHED" if r.info.run_id in finished else "KILLED" for r in runs}
+    assert {r.info.run_id: r.info.status for r in runs} == expected, kind
     return runs
 
 
@@ -393,4 +415,60 @@ def test_cancel_leaves_nothing_running_at_any_point_of_a_job(api: ApiProcess, ra
     runs = _assert_gone(api, ray_head, mlflow_server, run, job_id)
     assert len(runs) == 1
     timings["training"] = time.monotonic() - started
+
+    # (c) warm-up: a base policy that is not cached (its own warm-up seed) trains in the driver; the
+    # MLflow run is already open, no actor is up yet
+    started = time.monotonic()
+    warm = {**body["overrides"], "warmup.seed": secrets.randbelow(2**31), "warmup.steps": 5000}
+    run = api.call("POST", "/v1/runs", json={"preset": "cpu-tiny-s", "overrides": warm}).json()
+
+    def warming_up() -> bool:
+        logs = api.call("GET", f"/v1/runs/{run['id']}/logs", params={"tail": 50})
+        return logs.status_code == 200 and any("Supervised warm-up" in line for line in logs.json()["lines"])
+
+    wait_for(warming_up, 600, 1, "the run's warm-up")
+    response = api.call("POST", f"/v1/runs/{run['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    assert len(_assert_gone(api, ray_head, mlflow_server, run, None)) == 1
+    timings["warm-up"] = time.monotonic() - started
+
+    # (d) reporting: the sweep's trials finished and its parent run is closed; the driver builds the report
+    started = time.monotonic()
+    sweep = api.call("POST", "/v1/sweeps", json=_sweep("it-report")).json()
+    experiment = None
+
+    def reporting() -> str | None:
+        nonlocal experiment
+        experiment = experiment or mlflow.get_experiment_by_name("gmts-lab")
+        tagged = mlflow.search_runs([experiment.experiment_id], f"tags.`gmts.sweep_id` = '{sweep['id']}'")
+        parents = [r for r in tagged if PARENT_TAG not in r.data.tags]  # the trials carry the sweep id too
+        if parents and parents[0].info.status == "FINISHED":
+            assert _ray_status(ray_head, sweep["ray_submission_id"]) == "RUNNING", "missed the report phase"
+            return parents[0].info.run_id
+        return None
+
+    parent_id = wait_for(reporting, 1200, 0.2, "the sweep's report phase")
+    response = api.call("POST", f"/v1/sweeps/{sweep['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled" and response.json()["mlflow"]["run_id"] == parent_id
+    children = mlflow.search_runs([experiment.experiment_id], f"tags.`{PARENT_TAG}` = '{parent_id}'")
+    runs = _assert_gone(api, ray_head, mlflow_server, sweep, None, finished=tuple(c.info.run_id for c in children))
+    assert len(children) == 2 and {r.info.run_id for r in runs} == {parent_id, *(c.info.run_id for c in children)}
+    assert mlflow.get_run(parent_id).info.status == "KILLED"
+    timings["reporting"] = time.monotonic() - started
     print("cancel timings (s):", {k: round(v) for k, v in timings.items()})
+
+
+def test_ray_job_submit_without_a_tracking_uri_refuses_ray_s_temporary_copy(ray_head: str) -> None:
+    """``ray job submit --working-dir .`` without MLFLOW_TRACKING_URI: the run would log into Ray's
+    unpacked copy of the working dir; it refuses instead (exit 2), naming what to set."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("RAY_", "MLFLOW_", "GMTS_"))}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, PATH=f"{VENV_BIN}:{env['PATH']}")
+    name = "no-tracking-" + secrets.token_hex(4)
+    command = [str(VENV_BIN / "ray"), "job", "submit", "--address", ray_head, "--working-dir", ".",
+               "--submission-id", name, "--", "python", "-m", "orchestrator.train", "--config", "cpu-smoke"]
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode != 0 and _ray_status(ray_head, name) == "FAILED"
+    logs = " ".join((done.stdout + done.stderr).split())
+    assert "MLFLOW_TRACKING_URI is not set either" in logs and "runtime_resources/working_dir_files" in logs

@@ -30,6 +30,19 @@ def test_new_sweeps_get_distinct_ids_and_trial_folders(write_spec, tmp_path: Pat
     assert prepared.trials[0].config.run_dir == tmp_path.resolve() / prepared.record.sweep_id / "test-sweep-t000"
 
 
+def test_a_given_sweep_id_names_the_sweep_and_is_checked(write_spec, tmp_path: Path) -> None:
+    """The API runs each sweep under its own sw-… id (one id for users); a bad or taken id is refused."""
+    spec = load_spec(write_spec(grid={"method": ["ets"], "ratio": [0.2]}))
+    prepared = prepare_sweep(spec, tmp_path, sweep_id="sw-0123456789abcdef")
+    assert prepared.record.sweep_id == "sw-0123456789abcdef"
+    assert prepared.trials[0].config.run_dir == tmp_path.resolve() / "sw-0123456789abcdef" / "test-sweep-t000"
+    save_record(prepared.record, prepared.layout)
+    with pytest.raises(ConfigError, match="--sweep-id: sweep 'sw-0123456789abcdef' exists"):
+        prepare_sweep(spec, tmp_path, sweep_id="sw-0123456789abcdef")
+    with pytest.raises(ConfigError, match="--sweep-id: '../x' must match"):
+        prepare_sweep(spec, tmp_path, sweep_id="../x")
+
+
 def test_resume_finds_the_newest_sweep_of_the_spec_or_the_given_one(write_spec, tmp_path: Path) -> None:
     spec = load_spec(write_spec(grid={"method": ["ets"], "ratio": [0.2]}))
     older, newer = _save(spec, tmp_path, -60), _save(spec, tmp_path)
