@@ -3,9 +3,9 @@
     python -m orchestrator.train --config cpu-tiny-s [--set selection.recipe=ets-release …] [--resume]
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m orchestrator.train …
 
-One step, as data (docs/architecture.md):
-    prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (token
-    selection inside) → rollout.update_weights → metrics (→ checkpoint)
+One step, as data (``rl_step``):
+    prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (π_old / π_ref
+    and token selection inside, one call per rank) → rollout.update_weights → metrics (→ checkpoint)
 """
 
 from __future__ import annotations
@@ -198,24 +198,7 @@ def train(
         batch: TrainBatch | None = None
         for step in range(start_step + 1, config.training.steps + 1):
             step_started = time.perf_counter()
-            rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
-                                                       next_group_id)
-            if rollouts.num_groups:
-                batch = TrainBatch.from_lists(
-                    [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples],
-                    advantages_of(rollouts, config), rollouts.group_ids, pad_id=_pad_id(tokenizer),
-                    old_logp=[s.response_logprobs for s in rollouts.samples],
-                )
-                if _needs_old_logp(config):
-                    sampled_logp = batch.old_logp
-                    batch = workers.learners.compute_reference_stats(batch)
-                    # vLLM and the learner must agree on π_old: a drift here means a broken weight sync.
-                    metrics["rollout/logprob_diff"] = float(
-                        ((sampled_logp - batch.old_logp).abs() * batch.response_mask).sum() / batch.response_mask.sum())
-                else:
-                    batch = batch.replace(old_logp=None)  # on-policy: the learner's first forward is π_old
-                metrics.update(workers.learners.train_step(batch, step))
-                metrics["time/sync"] = workers.sync_weights()
+            metrics, next_group_id, batch = rl_step(step, config, workers, sampler, tokenizer, next_group_id, batch)
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
                 metrics.update(run_eval())
             metrics["reward/failures_total"] = float(workers.reward_failures)
@@ -251,6 +234,25 @@ def train(
         tracker.finish(status)
 
 
+def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, tokenizer,
+            next_group_id: int, last_batch: TrainBatch | None) -> tuple[dict[str, float], int, TrainBatch | None]:
+    """One GRPO-style step: collect → rewards → advantages → batch → learner update → weight sync → metrics.
+
+    Returns the step's metrics, the next group id and the batch trained on (the previous one when every
+    group was dropped by dynamic sampling and nothing was trained)."""
+    rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
+                                               next_group_id)  # rollouts and their rewards
+    if not rollouts.num_groups:
+        return metrics, next_group_id, last_batch
+    advantages = advantages_of(rollouts, config)
+    batch = TrainBatch.from_lists(
+        [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples], advantages,
+        rollouts.group_ids, pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in rollouts.samples])
+    metrics.update(workers.learners.train_step(batch, step))
+    metrics["time/sync"] = workers.sync_weights()
+    return metrics, next_group_id, batch
+
+
 def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIMEOUT_S):
     bundles = run_bundles(config)
     group = ray.util.placement_group(bundles, strategy="PACK")
@@ -272,16 +274,6 @@ def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, s
     tracker.flush()
     checkpointing.prune(config.run_dir, config.checkpoint.keep_last)
     return folder
-
-
-def _needs_old_logp(config: ExperimentConfig) -> bool:
-    """π_old (and π_ref) need their own forward pass only when the update is not one on-policy
-    step: with one epoch over one mini-batch, π_old = π at the first forward and the learner takes
-    it from there (no extra pass), unless KL needs π_ref."""
-    learner = config.learner
-    steps_per_update = learner.ppo_epochs * max(1, config.data.prompts_per_step * config.rollout.n_samples
-                                                // learner.mini_batch_size)
-    return config.algorithm.loss.kl_coef > 0 or steps_per_update > 1
 
 
 def _pad_id(tokenizer) -> int:

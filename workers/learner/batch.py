@@ -5,7 +5,7 @@ per-token tensor (``response_mask``, ``old_logp``, ``ref_logp``, and the learner
 selection masks) is [B, T] with T = the longest response: column j is response token j, i.e. the
 token *predicted* at input position ``prompt_lengths[b] − 1 + j`` and read at position
 ``prompt_lengths[b] + j``. That is the layout of vLLM's per-token logprobs, so sampling logprobs
-drop in as ``old_logp`` unchanged.
+drop in unchanged (``sampling_logp``).
 
 Pieces. Micro- and mini-batches are made of whole prompt groups (the n rollouts of one prompt), so
 that ``scope='group'`` token selection sees each group at once; shards (one per learner rank) are
@@ -19,7 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+
+
+PER_TOKEN_LOGP = ("old_logp", "ref_logp", "sampling_logp")  # optional [B, T] log-prob fields
 
 
 @dataclass(frozen=True)
@@ -42,12 +44,13 @@ class TrainBatch:
     group_ids: torch.Tensor  # [B] long: the prompt each row answers
     old_logp: torch.Tensor | None = None  # [B, T] log π_old (sampling policy), 0 off the mask
     ref_logp: torch.Tensor | None = None  # [B, T] log π_ref, 0 off the mask
+    sampling_logp: torch.Tensor | None = None  # [B, T] the rollout engine's own logprobs, 0 off the mask
 
     def __post_init__(self) -> None:
         rows, length = self.input_ids.shape
         expected = {"attention_mask": (rows, length), "prompt_lengths": (rows,), "advantages": (rows,),
                     "group_ids": (rows,), "response_mask": (rows, self.response_mask.shape[-1])}
-        for name in ("old_logp", "ref_logp"):
+        for name in PER_TOKEN_LOGP:
             if getattr(self, name) is not None:
                 expected[name] = tuple(self.response_mask.shape)
         for name, shape in expected.items():
@@ -65,11 +68,12 @@ class TrainBatch:
         pad_id: int,
         old_logp: Sequence[Sequence[float]] | None = None,
         ref_logp: Sequence[Sequence[float]] | None = None,
+        sampling_logp: Sequence[Sequence[float]] | None = None,
     ) -> TrainBatch:
         """Pad B (prompt, response) pairs; per-token log-prob lists have one entry per response token."""
         rows = len(prompt_ids)
         for name, values in (("response_ids", response_ids), ("advantages", advantages), ("group_ids", group_ids),
-                             ("old_logp", old_logp), ("ref_logp", ref_logp)):
+                             ("old_logp", old_logp), ("ref_logp", ref_logp), ("sampling_logp", sampling_logp)):
             if values is not None and len(values) != rows:
                 raise ValueError(f"{name} has {len(values)} entries for {rows} prompts")
         if rows == 0:
@@ -96,6 +100,7 @@ class TrainBatch:
             group_ids=torch.as_tensor(group_ids, dtype=torch.long).clone(),
             old_logp=_pad_per_token(old_logp, response_ids, width, "old_logp"),
             ref_logp=_pad_per_token(ref_logp, response_ids, width, "ref_logp"),
+            sampling_logp=_pad_per_token(sampling_logp, response_ids, width, "sampling_logp"),
         )
 
     @classmethod
@@ -120,8 +125,7 @@ class TrainBatch:
             response_mask=stack("response_mask", width),
             advantages=torch.cat([b.advantages for b in batches]),
             group_ids=torch.cat([b.group_ids for b in batches]),
-            old_logp=stack("old_logp", width),
-            ref_logp=stack("ref_logp", width),
+            **{name: stack(name, width) for name in PER_TOKEN_LOGP},
         )
 
     def replace(self, **changes) -> TrainBatch:
@@ -169,8 +173,7 @@ class TrainBatch:
             response_mask=self.response_mask[rows, :width],
             advantages=self.advantages[rows],
             group_ids=self.group_ids[rows],
-            old_logp=per_token(self.old_logp),
-            ref_logp=per_token(self.ref_logp),
+            **{name: per_token(getattr(self, name)) for name in PER_TOKEN_LOGP},
         )
 
     def split(self, size: int, generator: torch.Generator | None = None, split_large_groups: bool = True
@@ -286,19 +289,6 @@ def _halve(piece: list[torch.Tensor]) -> list[list[torch.Tensor]]:
         if 2 * filled >= total:
             break
     return [piece[:cut], piece[cut:]]
-
-
-def response_logits(causal_lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    rows: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """Logits [N, V] at the given (row, position) pairs only.
-
-    Runs the decoder for the hidden states and applies the output layer at the N response
-    positions instead of at all B·L positions (RECIPES.md: 64.5 s → 42.5 s per step at SmolLM2's
-    49k vocabulary). Valid for models whose logits are ``lm_head(hidden)`` (Qwen2, Llama/SmolLM2);
-    models that post-process logits (softcapping, logit scales) would need that step here too.
-    """
-    hidden = causal_lm.get_decoder()(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
-    return causal_lm.get_output_embeddings()(hidden.last_hidden_state[rows, positions])
 
 
 def _pad_per_token(values: Sequence[Sequence[float]] | None, responses: Sequence[Sequence[int]], width: int,

@@ -10,16 +10,20 @@ that cut without touching a model:
   being trained (``scope`` ``mini_batch`` / ``global`` with several micro-batches): then the
   learner scores the whole mini-batch in one no-grad pass before its first backward, since no
   exact threshold over the step exists before every one of its tokens has a score;
+- :func:`needs_reference_pass` — whether π_old (and π_ref) need a no-grad pass of their own before
+  the update: only when the update is more than one on-policy optimiser step, or KL needs π_ref;
 - :func:`stack_rows` / :func:`row_spans` — the mini-batch's per-token tensors as one [ΣB, T_max]
   population and each micro-batch's rows in it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
 
+from workers.learner.config import LearnerConfig
 from workers.learner.selection import MINI_BATCH_SCOPES, SelectionConfig
 
 
@@ -36,6 +40,17 @@ def needs_scoring_pass(selection: SelectionConfig, micro_batches: int) -> bool:
     A mini-batch that is one micro-batch never needs one: its training forward scores the whole
     population (on every rank for ``global``)."""
     return selection.method != "none" and selection.scope in MINI_BATCH_SCOPES and micro_batches > 1
+
+
+def mini_batches_per_epoch(learner: LearnerConfig, rows: int) -> int:
+    """Optimiser steps per epoch on a rank holding ``rows`` sequences (equal shards: the same on every rank)."""
+    return max(1, math.ceil(rows / learner.mini_batch_per_rank))
+
+
+def needs_reference_pass(learner: LearnerConfig, rows: int, kl_coef: float) -> bool:
+    """With one epoch over one mini-batch π_old = π at the first forward, and the learner takes it from
+    there (no extra pass); several optimiser steps move π away from π_old, and KL needs π_ref."""
+    return kl_coef > 0 or learner.ppo_epochs * mini_batches_per_epoch(learner, rows) > 1
 
 
 def stack_rows(parts: Sequence[torch.Tensor | None]) -> torch.Tensor | None:

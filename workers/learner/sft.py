@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from workers.learner.batch import TrainBatch, response_logits
+from workers.learner.batch import TrainBatch
+from workers.learner.forward import response_logits
 
 logger = logging.getLogger(__name__)
 
