@@ -36,7 +36,7 @@ from workers.learner.batch import TrainBatch
 from workers.learner.group import LearnerGroup
 from workers.reward.actor import RewardWorker
 from workers.rollout.actor import RolloutGroup
-from workers.weight_broadcast import choose_backend
+from workers.weights.broadcast import choose_backend
 
 logger = logging.getLogger("orchestrator.train")
 
@@ -79,7 +79,7 @@ class _Workers:
 
     def connect_weight_sync(self) -> None:
         """For the collective route: learner rank 0 (rank 0) and every vLLM worker (ranks 1..) join one process
-        group — NCCL when each sits on a GPU of its own, gloo otherwise (see workers/weight_broadcast.py)."""
+        group — NCCL when each sits on a GPU of its own, gloo otherwise (see workers/weights/broadcast.py)."""
         host, port = self.learners.weight_sync_address()
         devices = [self.learners.weight_sync_device(), *self.rollout.weight_sync_devices()]
         backend = choose_backend(devices)
@@ -206,7 +206,7 @@ def train(
             tracker.log_step(step, metrics)
             history.append(metrics)
             if step % config.training.log_interval == 0:
-                logger.info("step %d/%d | %s", step, config.training.steps, _fmt(metrics))
+                logger.info("%s step %d/%d | %s", config.name, step, config.training.steps, _fmt(metrics))
 
             saved = None
             if config.checkpoint.interval and step % config.checkpoint.interval == 0:

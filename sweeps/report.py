@@ -24,10 +24,11 @@ from pydantic import BaseModel, ValidationError, model_validator
 from rich.console import Console
 
 from sweeps import plots
-from sweeps.ablation import GMTS_METHODS, AblationResults, ablation
+from sweeps.ablation import AblationResults, ablation
 from sweeps.results import SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
 from sweeps.table_views import LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_rich, wide_tables
 from sweeps.tracking import default_tracking_uri
+from workers.learner.recipes import is_gmts_like
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def learning_curves(client: MlflowClient, runs: SweepRuns) -> list[plots.Curve]:
 
 def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]) -> list[Path]:
     # Prefer a GMTS trial's batch (the paper's figure); any trial's batch shows the same relation.
-    for trial in sorted(runs.trials, key=lambda t: t.point.method not in GMTS_METHODS):
+    for trial in sorted(runs.trials, key=lambda t: not is_gmts_like(t.point.method)):
         listed = {a.path for a in client.list_artifacts(trial.run_id, TOKEN_STATS_ARTIFACT.rsplit("/", 1)[0])}
         if TOKEN_STATS_ARTIFACT not in listed:
             continue

@@ -3,7 +3,7 @@
 One RL update, per rank (``train_step``):
 
     for epoch in ppo_epochs:
-        shuffle the prompt groups, pack them into mini-batches          (TrainBatch.split)
+        shuffle the prompt groups, pack them into mini-batches          (schedule.split_groups)
         for mini-batch: for micro-batch:
             ONE forward  → logits at the response positions only         (forward.response_logits)
                          → logp (with grad), entropy, G                   (token_stats_from_logits)
@@ -68,11 +68,12 @@ from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
-from workers.host_weights import HostWeights
-from workers.learner.schedule import loss_units, needs_reference_pass, needs_scoring_pass, row_spans, stack_rows
-from workers.learner.selection import Selection, SelectionConfig, select_tokens
+from workers.weights.object_store import HostWeights
+from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pass, needs_scoring_pass, pack_by_tokens,
+                                      row_spans, schedule_units, split_groups, stack_rows)
+from workers.learner.selection import SELECTION_METHODS, Selection, SelectionConfig, select_tokens
 from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
-from workers.weight_broadcast import WeightBroadcastGroup, join_group, local_device_key, send_weights
+from workers.weights.broadcast import WeightBroadcastGroup, join_group, local_device_key, send_weights
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class LearnerEngine:
         self.temperature = temperature
         self.process_group = process_group
         self.world_size, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
-        self.with_grad_norm = selection.method == "gmts_exact" or learner.gradient_norm_stats
+        self.with_grad_norm = SELECTION_METHODS[selection.method].needs_grad_norm or learner.gradient_norm_stats
         self._last_grad_norm: float | None = None
         self._warned_group_split = False
         self.weight_group: WeightBroadcastGroup | None = None  # rank 0, collective weight sync only
@@ -281,7 +282,7 @@ class LearnerEngine:
         tokens: dict[str, int] = defaultdict(int)
         for epoch in range(cfg.ppo_epochs):
             shuffle = torch.Generator().manual_seed(_mix_seed(cfg.seed, step, epoch))
-            minis = batch.split(cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
+            minis = split_groups(batch, cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
             schedule = self._micro_batches(minis)
             unit_totals = self._global_unit_totals(schedule, loss_config)
             for micro in (m for micros in schedule for m in micros):
@@ -293,7 +294,7 @@ class LearnerEngine:
                 selections, pg_total = self._select_before_backward(micros, loss_config, seeds, timings)
                 for micro_index, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(micro_index == len(micros) - 1)
-                    scale = loss_units(micro.response_mask, loss_config.loss_agg) / unit_totals[mini_index]
+                    scale = loss_scale(micro.response_mask, loss_config.loss_agg, unit_totals[mini_index])
                     selection_rng = torch.Generator().manual_seed(
                         _mix_seed(self.selection.seed, *seeds, micro_index, self.rank))
                     # The tie-break order must be one draw on every rank (global scopes rank one population).
@@ -335,13 +336,13 @@ class LearnerEngine:
         as many per mini-batch on every rank as the busiest rank needs (forwards can be collectives)."""
         cfg = self.learner
         if cfg.max_tokens_per_micro_batch is None:
-            return [mini.split(cfg.micro_batch_size) for mini in minis]
+            return [split_groups(mini, cfg.micro_batch_size) for mini in minis]
         budget = cfg.max_tokens_per_micro_batch
-        counts = [len(mini.pack_by_tokens(budget)) for mini in minis]
+        counts = [len(pack_by_tokens(mini, budget)) for mini in minis]
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, counts, group=self.process_group)
         needed = [max(rank_counts[i] for rank_counts in gathered) for i in range(len(minis))]
-        return [mini.pack_by_tokens(budget, min_pieces=n) for mini, n in zip(minis, needed)]
+        return [pack_by_tokens(mini, budget, min_pieces=n) for mini, n in zip(minis, needed)]
 
     def _select_before_backward(self, micros: list[TrainBatch], loss_config: PolicyLossConfig,
                                 seeds: tuple[int, ...], timings: dict[str, float]
@@ -495,15 +496,14 @@ class LearnerEngine:
     def _global_unit_totals(self, schedule: list[list[TrainBatch]], loss_config: PolicyLossConfig) -> list[float]:
         """U per mini-batch summed over ranks; also checks that every rank runs the same schedule
         (a rank with one micro-batch more would wait forever in a collective)."""
-        shape = [len(micros) for micros in schedule]
-        units = [sum(loss_units(m.response_mask, loss_config.loss_agg) for m in micros) for micros in schedule]
+        shape, units = schedule_units(schedule, loss_config.loss_agg)
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, (shape, units), group=self.process_group)
         shapes = [s for s, _ in gathered]
         if any(s != shapes[0] for s in shapes):
             raise ValueError(
                 f"learner ranks would run different micro-batch schedules {shapes} (micro-batches per mini-batch, "
-                "per rank); shard the batch into equal whole-group pieces (TrainBatch.shard)"
+                "per rank); shard the batch into equal whole-group pieces (schedule.shard)"
             )
         return [max(sum(u[i] for _, u in gathered), 1.0) for i in range(len(schedule))]
 

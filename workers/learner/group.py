@@ -25,6 +25,7 @@ from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine, Rendezvous, free_address
 from workers.learner.losses import PolicyLossConfig
+from workers.learner.schedule import shard
 from workers.learner.selection import SelectionConfig
 
 logger = logging.getLogger(__name__)
@@ -75,7 +76,7 @@ class LearnerGroup:
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
 
     def _on_shards(self, method: str, batch: TrainBatch, *args) -> list:
-        shards = batch.shard(self.num_actors)
+        shards = shard(batch, self.num_actors)
         return ray.get([getattr(actor, method).remote(shard, *args) for actor, shard in zip(self.actors, shards)])
 
     def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
@@ -94,14 +95,14 @@ class LearnerGroup:
         return metrics
 
     def weights_for_rollout(self) -> ray.ObjectRef:
-        """A reference to rank 0's full HF-named weights as :class:`~workers.host_weights.HostWeights`, for
+        """A reference to rank 0's full HF-named weights as :class:`~workers.weights.object_store.HostWeights`, for
         ``RolloutGroup.update_weights``: the engines read them from the object store, never via the driver.
         All ranks take part (ZeRO-3 gathers)."""
         refs = [actor.weights_for_rollout.remote() for actor in self.actors]
         ray.get(refs[1:])  # the other ranks only take part in the ZeRO-3 gather; wait for them, errors included
         return refs[0]
 
-    # ------------------------------------------ collective weight sync (see workers/weight_broadcast.py)
+    # ------------------------------------------ collective weight sync (see workers/weights/broadcast.py)
     # join_weight_sync_group and broadcast_weights return Ray ObjectRefs: they are collectives with the
     # rollout workers, so the caller must ray.get them together with the rollout side's calls.
     def weight_sync_address(self) -> tuple[str, int]:

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine
-from workers.rollout.weight_sync import send_weights_via_rpc
+from workers.weights.vllm_reload import send_weights_via_rpc
 
 TEMPERATURE = 0.7
 PROMPT = [VOCAB[c] for c in "23+45="]
@@ -133,7 +133,7 @@ def _learner_process(model_dir, port: int, response: list[int], results) -> None
     from workers.learner.engine import LearnerEngine, init_process_group
     from workers.learner.losses import PolicyLossConfig
     from workers.learner.selection import SelectionConfig
-    from workers.weight_broadcast import join_group
+    from workers.weights.broadcast import join_group
 
     torch.set_num_threads(1)
     with socket.socket() as probe:
