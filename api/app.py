@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request, R
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi_offline import FastAPIOffline
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -72,15 +73,15 @@ def create_app(settings: ApiSettings | None = None, jobs: JobsBackend | None = N
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        try:
-            changed = plane.reconcile_all()
-            logger.info("start-up reconciliation with Ray: %d record(s) changed", changed)
-        except RayUnavailable as exc:
-            logger.warning("start-up reconciliation skipped: %s (records refresh when read)", exc)
+        # In the background from the first second: /healthz answers at once, and records a previous
+        # process left unsettled (Ray, driver and MLflow disagreeing) are repaired.
+        plane.start_background(settings.reconcile_interval_s)
         yield
         plane.close()
 
-    app = FastAPI(
+    # FastAPIOffline: FastAPI whose /docs and /redoc load Swagger UI and ReDoc from files of the
+    # installed package (under /static-offline-docs), not from a CDN an offline cluster cannot reach.
+    app = FastAPIOffline(
         title="gmts-lab control plane",
         version="1",
         description="Launch, watch, cancel and compare GMTS/ETS ablation sweeps (Ray Jobs + MLflow).",
@@ -155,9 +156,13 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         return _out(plane.view(plane.refresh(plane.get(kind, api_id))))
 
     def cancelled(kind: Kind, api_id: str, response: Response) -> SubmissionOut:
-        record = plane.cancel(plane.get(kind, api_id))
-        response.status_code = 200 if record.finished else 202
-        return _out(plane.view(record))
+        record, leftovers = plane.cancel(plane.get(kind, api_id))
+        done = record.finished and leftovers is not None and leftovers.clear
+        response.status_code = 200 if done else 202
+        view = plane.view(record)
+        if not done:
+            view.warnings.append("stopping: " + (leftovers.describe() if leftovers else f"Ray still says {record.ray_status}"))
+        return _out(view)
 
     def logs(kind: Kind, api_id: str, tail: int) -> JobLogs:
         record = plane.get(kind, api_id)
@@ -183,7 +188,9 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         """The ablation table (sweeps.report.ablation_results on the parent run) as JSON."""
         record = plane.refresh(plane.get("sweep", sweep_id))
         record, parent, table = plane.results(record)
-        return SweepResults(sweep_id=record.id, status=record.status, parent_run_id=parent, results=table)
+        note = plane.results_note(record, plane.view(record).trials)
+        return SweepResults(sweep_id=record.id, status=record.status, parent_run_id=parent, complete=not note,
+                            note=note, results=table)
 
     @router.get("/sweeps/{sweep_id}/logs", response_model=JobLogs, tags=["sweeps"])
     def sweep_logs(sweep_id: SweepId, tail: Tail = 200) -> JobLogs:
@@ -192,7 +199,8 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
     @router.post("/sweeps/{sweep_id}/cancel", response_model=SubmissionOut, tags=["sweeps"],
                  responses={202: {"model": SubmissionOut, "description": "Stop requested; Ray has not stopped it yet."}})
     def cancel_sweep(sweep_id: SweepId, response: Response) -> SubmissionOut:
-        """Stop the Ray job, then mark the MLflow parent and its unfinished trial runs KILLED."""
+        """Stop the Ray job, then mark the MLflow parent and its unfinished trial runs KILLED. Repeating it
+        is harmless: a finished sweep answers 200 with its state."""
         return cancelled("sweep", sweep_id, response)
 
     @router.post("/runs", status_code=201, response_model=SubmissionOut, tags=["runs"])
@@ -242,6 +250,7 @@ def _out(view: View) -> SubmissionOut:
         ),
         links=Links(self=base, logs=f"{base}/logs", cancel=f"{base}/cancel",
                     results=f"{base}/results" if record.kind == "sweep" else None),
+        settled=record.settled_at is not None,
         warnings=view.warnings,
     )
 

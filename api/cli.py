@@ -1,14 +1,17 @@
 """The ``gmts`` command: serve the API, or talk to it.
 
     gmts serve [--host 127.0.0.1] [--port 8000]
-    gmts sweep submit SPEC.yaml|SPEC-NAME [--idempotency-key K] [--wait]
-    gmts sweep status|results|cancel|logs ID     gmts sweep list [--status S]
+    gmts sweep submit SPEC.yaml|SPEC-NAME [--set key=value …] [--idempotency-key K] [--wait]
+    gmts sweep results ID [--json] [--metric M]  gmts sweep logs ID [--tail N] [--json]
+    gmts sweep status|cancel ID                  gmts sweep list [--status S]
     gmts run submit PRESET [--set key=value …] [--idempotency-key K] [--wait]
-    gmts run status|cancel|logs ID               gmts run list [--status S]
+    gmts run status|cancel ID    gmts run logs ID [--tail N] [--json]    gmts run list [--status S]
 
 The client side reads GMTS_API_URL (default http://127.0.0.1:8000) and GMTS_API_TOKEN or
-GMTS_API_TOKEN_FILE; answers are printed as JSON. Exit status 1 when the API says no (its message
-goes to stderr).
+GMTS_API_TOKEN_FILE. ``results`` prints the ablation table and ``logs`` the log as plain text
+(``--json`` for machines); the other answers are JSON. A sweep's id is the ``sw-…`` the API gives
+it: every command takes it (``name`` is the spec's name, shown in MLflow). Exit status 1 when the
+API says no (its message goes to stderr).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import yaml
 from pydantic import BaseModel
 
 from api.client import ApiError, GmtsClient
+from api.models import JobLogs, SweepResults
 
 logger = logging.getLogger("gmts")
 
@@ -35,7 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args.host, args.port)
     try:
         with GmtsClient.from_env(args.url) as client:
-            _print(_dispatch(client, args))
+            answer = _dispatch(client, args)
+            if getattr(args, "json", False) or not isinstance(answer, (SweepResults, JobLogs)):
+                _print(answer)
+            elif isinstance(answer, JobLogs):
+                _print_logs(answer)
+            else:
+                _print_results(answer, args.metric)
     except ApiError as exc:
         print(f"gmts: {exc}", file=sys.stderr)
         return 1
@@ -50,7 +60,8 @@ def _dispatch(client: GmtsClient, args: argparse.Namespace) -> Any:
     action = args.action
     if action == "submit":
         if sweep:
-            status = client.submit_sweep(_read_spec(args.spec), idempotency_key=args.idempotency_key)
+            spec = _spec_overrides(_read_spec(args.spec), args.set)
+            status = client.submit_sweep(spec, idempotency_key=args.idempotency_key)
         else:
             status = client.submit_run(args.preset, _overrides(args.set), idempotency_key=args.idempotency_key)
         return client.wait(status.id) if args.wait else status
@@ -92,6 +103,53 @@ def _overrides(items: list[str]) -> dict[str, Any]:
     return overrides
 
 
+def _spec_overrides(spec: dict[str, Any], items: list[str]) -> dict[str, Any]:
+    """``--set`` on a sweep spec: ``max_concurrent_trials=2``, ``grid.seed=[0,1]``; a key under
+    ``base.overrides.`` stays one dotted config key (``base.overrides.training.steps=2``), as in the spec."""
+    for key, value in _overrides(items).items():
+        if key.startswith("base.overrides."):
+            base = spec.setdefault("base", {})
+            base.setdefault("overrides", {})[key.removeprefix("base.overrides.")] = value
+            continue
+        node = spec
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"--set {key}: {part!r} is a value, not a section")
+        node[leaf] = value
+    return spec
+
+
+def _print_logs(logs: JobLogs) -> None:
+    if logs.truncated:
+        print(f"[… earlier lines left out: these are the last {len(logs.lines)}; see --tail]", file=sys.stderr)
+    for line in logs.lines:
+        print(line)
+
+
+def _print_results(answer: SweepResults, metric: str) -> None:
+    from rich.console import Console
+
+    from sweeps.ablation import AblationResults
+    from sweeps.table_views import LEGEND, summary, to_rich, wide_tables
+
+    console = Console()
+    results = AblationResults.model_validate(answer.results)
+    if answer.note:
+        console.print(f"[bold yellow]{answer.note}[/]", soft_wrap=True)
+    tables = wide_tables(results, metric)
+    if not tables:
+        console.print(f"No finished trial logged '{metric}': the table is empty.", soft_wrap=True)
+    else:
+        console.print(f"[bold]Ablation of sweep {answer.sweep_id}[/] ({answer.status}): {metric} (%), {LEGEND}",
+                      soft_wrap=True)
+        for table in to_rich(results, tables):
+            console.print(table)
+        console.print(summary(results), soft_wrap=True)
+    console.print(f"MLflow parent run: {answer.parent_run_id}", soft_wrap=True, highlight=False)
+
+
 def _print(answer: Any) -> None:
     data = answer.model_dump(mode="json") if isinstance(answer, BaseModel) else answer
     print(json.dumps(data, indent=2))
@@ -131,6 +189,9 @@ def _parser() -> argparse.ArgumentParser:
         submit = group.add_parser("submit", help=f"submit a {kind}")
         if kind == "sweep":
             submit.add_argument("spec", help="sweep spec YAML file, or a shipped spec name")
+            submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                                help="spec override, e.g. max_concurrent_trials=2, grid.seed=[0,1], "
+                                     "base.overrides.training.steps=2")
         else:
             submit.add_argument("preset", help="experiment preset name (or a YAML path under the allowed roots)")
             submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
@@ -139,9 +200,13 @@ def _parser() -> argparse.ArgumentParser:
         actions = ["status", "cancel", "logs"] + (["results"] if kind == "sweep" else [])
         for action in actions:
             command = group.add_parser(action)
-            command.add_argument("id")
+            command.add_argument("id", help=f"the {kind}'s id ({'sw-' if kind == 'sweep' else 'run-'}…)")
             if action == "logs":
                 command.add_argument("--tail", type=int, default=200)
+            if action in ("logs", "results"):
+                command.add_argument("--json", action="store_true", help="the API's JSON answer, for machines")
+            if action == "results":
+                command.add_argument("--metric", default="accuracy", help="which eval metric the table shows")
         group.add_parser("list").add_argument("--status", choices=["pending", "running", "succeeded", "failed", "cancelled"])
     return parser
 

@@ -24,10 +24,11 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 
 
 class ApiError(Exception):
-    """A non-2xx answer; ``message`` is the server's one-line explanation."""
+    """A non-2xx answer; ``message`` is the server's one-line explanation. ``status`` is None when no
+    answer came at all (no token configured, service unreachable): then the message says what to do."""
 
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
+    def __init__(self, status: int | None, message: str) -> None:
+        super().__init__(message if status is None else f"HTTP {status}: {message}")
         self.status = status
         self.message = message
 
@@ -45,7 +46,8 @@ class GmtsClient:
         if not token and os.environ.get("GMTS_API_TOKEN_FILE"):
             token = Path(os.environ["GMTS_API_TOKEN_FILE"]).expanduser().read_text().strip()
         if not token:
-            raise ApiError(0, "no token: set GMTS_API_TOKEN or GMTS_API_TOKEN_FILE")
+            raise ApiError(None, "no API token: set GMTS_API_TOKEN (or GMTS_API_TOKEN_FILE) to the token "
+                                 "the service was started with")
         return cls(url, token, **kwargs)
 
     def close(self) -> None:
@@ -61,7 +63,8 @@ class GmtsClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise ApiError(0, f"cannot reach {self._http.base_url}: {exc}") from None
+            raise ApiError(None, f"cannot reach the gmts API at {self._http.base_url} ({type(exc).__name__}: {exc}); "
+                                 "is `gmts serve` running there? (the URL comes from --url or GMTS_API_URL)") from None
         if response.is_error and not (path == "/readyz" and response.status_code == 503):
             try:
                 message = response.json()["message"]

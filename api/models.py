@@ -49,6 +49,8 @@ class SubmissionOut(_Response):
     trials: TrialProgress
     mlflow: MlflowLink
     links: Links
+    settled: bool = Field(False, description="Finished, and checks over 30 s found no driver, actor or open "
+                          "MLflow run of it left (a cancel is then complete everywhere).")
     warnings: list[str] = Field(default_factory=list, description="E.g. MLflow unreachable: progress unknown.")
 
 
@@ -61,6 +63,8 @@ class SweepResults(_Response):
     sweep_id: str
     status: Status
     parent_run_id: str
+    complete: bool = Field(description="The sweep succeeded and every trial finished: the table is final.")
+    note: str = Field("", description="Why the table is not final (CANCELLED / FAILED / PARTIAL / INCOMPLETE …).")
     results: dict[str, Any] = Field(description="sweeps.report.ablation_results: the ablation table as JSON.")
 
 

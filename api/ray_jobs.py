@@ -16,6 +16,7 @@ import logging
 import threading
 from dataclasses import dataclass
 from typing import Protocol
+from urllib.parse import quote
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,28 @@ class JobNotFound(Exception):
 class JobState:
     status: str  # Ray's JobStatus name
     message: str
+    job_id: str | None = None  # the driver's Ray JobID (hex), once a driver registered
+    driver_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class LiveProcess:
+    """A process of a job that Ray's state API says is not dead: its driver or one of its actors."""
+
+    kind: str  # "driver" or "actor"
+    ray_id: str  # worker id of a driver, actor id of an actor
+    name: str  # an actor's class name ("" for a driver)
+    state: str
+    pid: int | None
+    node_id: str | None
+
+    def describe(self) -> str:
+        what = f"actor {self.name or self.ray_id[:12]}" if self.kind == "actor" else "driver"
+        return f"{what} (pid {self.pid}, {self.state})"
+
+
+# Actor states in which an actor still holds (or is about to hold) a process and its resources.
+LIVE_ACTOR_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING")
 
 
 class JobsBackend(Protocol):
@@ -52,6 +75,7 @@ class JobsBackend(Protocol):
     def stop(self, submission_id: str) -> None: ...
     def logs(self, submission_id: str) -> str: ...
     def ping(self) -> str: ...
+    def live_processes(self, job_id: str, driver_pid: int | None = None) -> list[LiveProcess]: ...
 
 
 class RayJobs:
@@ -94,15 +118,38 @@ class RayJobs:
         )
 
     def state(self, submission_id: str) -> JobState:
-        info = self._call("get_job_info", submission_id)
-        return JobState(status=str(info.status.value), message=info.message or "")
+        return _job_state(self._call("get_job_info", submission_id))
 
     def states(self) -> dict[str, JobState]:
-        return {
-            job.submission_id: JobState(status=str(job.status.value), message=job.message or "")
-            for job in self._call("list_jobs")
-            if job.submission_id
-        }
+        return {job.submission_id: _job_state(job) for job in self._call("list_jobs") if job.submission_id}
+
+    def live_processes(self, job_id: str, driver_pid: int | None = None) -> list[LiveProcess]:
+        """The job's driver and actors that Ray's state API does not list as dead (cluster-wide).
+        Workers are not filterable by job, so the driver is looked up by the pid Ray's job info gives."""
+        live = []
+        if driver_pid:
+            drivers = self._state_rows("workers", ("pid", "=", str(driver_pid)), ("is_alive", "=", "True"),
+                                       ("worker_type", "=", "DRIVER"))
+            live += [LiveProcess("driver", row.get("worker_id", ""), "", "ALIVE", row.get("pid"), row.get("node_id"))
+                     for row in drivers]
+        for row in self._state_rows("actors", ("job_id", "=", job_id)):
+            if row.get("state") in LIVE_ACTOR_STATES:
+                live.append(LiveProcess("actor", row.get("actor_id", ""), row.get("class_name") or "",
+                                        row["state"], row.get("pid"), row.get("node_id")))
+        return live
+
+    def _state_rows(self, resource: str, *filters: tuple[str, str, str]) -> list[dict]:
+        # The dashboard's state API over HTTP, through the Jobs client so that it carries the same
+        # auth header (Ray's own StateApiClient does the same: it is a SubmissionClient too).
+        params = [("limit", "10000"), ("timeout", "10"), ("detail", "false")]
+        for key, predicate, value in filters:
+            params += [("filter_keys", key), ("filter_predicates", predicate), ("filter_values", value)]
+        query = "&".join(f"{key}={quote(value)}" for key, value in params)
+        response = self._call("_do_request", "GET", f"/api/v0/{resource}?{query}", timeout=30)
+        if response.status_code != 200:
+            raise RayUnavailable(f"Ray's state API ({resource}) answered {response.status_code}: {response.text[:200]}")
+        body = response.json()
+        return (((body.get("data") or {}).get("result") or {}).get("result")) or []
 
     def stop(self, submission_id: str) -> None:
         self._call("stop_job", submission_id)
@@ -113,3 +160,10 @@ class RayJobs:
     def ping(self) -> str:
         self._call("list_jobs")
         return "ok"
+
+
+def _job_state(info) -> JobState:
+    driver = getattr(info, "driver_info", None)
+    pid = getattr(driver, "pid", None)
+    return JobState(status=str(info.status.value), message=info.message or "", job_id=getattr(info, "job_id", None),
+                    driver_pid=int(pid) if pid and str(pid).isdigit() else None)

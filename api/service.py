@@ -13,16 +13,18 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from api.ray_jobs import RAY_TO_STATUS, JobNotFound, JobsBackend, JobState, RayUnavailable
+from api.reaper import Leftovers, Reaper
 from api.settings import ApiSettings
 from api.store import DuplicateIdempotencyKey, Kind, Submission, SubmissionStore
 from api.submissions import PreparedJob, output_dir, prepare_run, prepare_sweep
-from api.tracking import RunLocation, TrackingView, TrialCounts
+from api.tracking import API_ID_TAG, RunLocation, TrackingView, TrialCounts
 from sweeps.spec import BaseExperiment, SweepSpec
 
 logger = logging.getLogger(__name__)
@@ -32,14 +34,6 @@ ID_PREFIX = {"sweep": "sw", "run": "run"}
 # just before the job is submitted, so a read in between must not fail it.
 SUBMIT_GRACE_S = 60.0
 CANCEL_POLL_S = 0.5
-# Job status → (status for trial runs it left open, status for its parent run if still open). After a
-# success the only open runs are those of trial attempts that died and were restarted by Tune; the
-# parent is sweeps.run's to close.
-CLOSING: dict[str, tuple[str, str | None]] = {
-    "cancelled": ("KILLED", "KILLED"),
-    "failed": ("FAILED", "FAILED"),
-    "succeeded": ("FAILED", None),
-}
 
 
 class NotFound(Exception):
@@ -79,9 +73,47 @@ class ControlPlane:
         self.job_dir = settings.state_dir / "jobs"
         self.job_dir.mkdir(exist_ok=True, mode=0o700)
         self.store = SubmissionStore(settings.state_dir / "api.db")
+        self.reaper = Reaper(self.store, jobs, tracking, settings.kill_grace_s, settings.settle_quiet_s)
+        self._stop = threading.Event()
+        self._background: threading.Thread | None = None
 
     def close(self) -> None:
+        self._stop.set()
+        if self._background is not None:
+            self._background.join(timeout=60)
         self.store.close()
+
+    # -- the background reconciler ----------------------------------------------------------------
+
+    def start_background(self, interval_s: float) -> None:
+        """Reconcile with Ray and reap finished jobs every ``interval_s`` in a thread, from start-up on
+        (so that the service answers /healthz at once, and records left unsettled by a previous
+        process are repaired)."""
+        self._background = threading.Thread(target=self._loop, args=(interval_s,), name="gmts-reconciler",
+                                            daemon=True)
+        self._background.start()
+
+    def _loop(self, interval_s: float) -> None:
+        while not self._stop.is_set():
+            self.reconcile_once()
+            self._stop.wait(interval_s)
+
+    def reconcile_once(self) -> None:
+        try:
+            changed = self.reconcile_all()
+            if changed:
+                logger.info("reconciliation with Ray: %d record(s) changed", changed)
+        except RayUnavailable as exc:
+            logger.warning("reconciliation skipped: %s", exc)
+        except Exception:  # noqa: BLE001 - the loop must survive whatever one pass hits
+            logger.exception("reconciliation failed")
+        for record in self.store.unsettled():
+            if self._stop.is_set():
+                return
+            try:
+                self.reaper.reap(record)
+            except Exception:  # noqa: BLE001 - one record must not stop the others
+                logger.exception("reaping %s failed", record.id)
 
     # -- submit ---------------------------------------------------------------------------------
 
@@ -194,39 +226,41 @@ class ControlPlane:
         return record
 
     def _finish(self, record: Submission, status: str, ray_status: str | None, message: str) -> Submission:
-        """Terminal: close the MLflow runs the job left open, then store the status (so that a crash in
-        between is retried by the next reconciliation)."""
-        trial_status, parent_status = CLOSING[status]
-        try:
-            location = self.tracking.locate(record)
-            if location is not None:
-                closed = self.tracking.close_runs(location, trial_status, parent_status,
-                                                  force_parent=status == "cancelled")
-                if closed:
-                    logger.info("%s %s (%s): closed %d MLflow run(s) left open", record.kind, record.id, status, closed)
-        except Exception as exc:  # noqa: BLE001 - MLflow down: the status is still Ray's truth; log, go on
-            logger.warning("could not close the MLflow runs of %s: %s", record.id, exc)
+        """Terminal: store Ray's status, then check that nothing of the job runs on and close the MLflow
+        runs it left open (api/reaper.py; the record stays unsettled, so the background reconciler
+        checks again, also after a crash in between)."""
         logger.info("%s %s is %s (%s)", record.kind, record.id, status, message)
-        return self.store.update(record, status=status, ray_status=ray_status, message=message)
+        record = self.store.update(record, status=status, ray_status=ray_status, message=message)
+        return self.reaper.reap(record)[0]
 
     # -- cancel ---------------------------------------------------------------------------------
 
-    def cancel(self, record: Submission) -> Submission:
+    def cancel(self, record: Submission) -> tuple[Submission, Leftovers | None]:
+        """(record, what is left of the job): nothing left once Ray calls the job finished *and* a check
+        found no driver, actor or open MLflow run of it (api/reaper.py). ``None`` or a non-clear
+        Leftovers after ``cancel_wait_s`` (→ 202; the background reconciler goes on escalating). A
+        repeat cancel (a client retrying after a timeout) gets the current state, not an error."""
         record = self.refresh(record)
-        if record.finished:
-            raise Conflict(f"{record.kind} {record.id} already {record.status}; nothing to cancel")
-        record = self.store.update(record, cancel_requested=True)
-        try:
-            self.jobs.stop(record.ray_submission_id)
-        except JobNotFound:
-            return self._settle(record, None)
-        except RayUnavailable as exc:
-            raise Unavailable(str(exc)) from None
+        if not record.finished:
+            record = self.store.update(record, cancel_requested=True)
+            try:
+                self.jobs.stop(record.ray_submission_id)
+            except JobNotFound:
+                pass  # not (yet) known to Ray: refresh and the reaper decide
+            except RayUnavailable as exc:
+                raise Unavailable(str(exc)) from None
         deadline = time.monotonic() + self.settings.cancel_wait_s
+        leftovers: Leftovers | None = None
         while True:
             record = self.refresh(record)
-            if record.finished or time.monotonic() >= deadline:
-                return record
+            if record.finished:
+                if record.settled_at is not None:
+                    return record, Leftovers()
+                record, leftovers = self.reaper.reap(record)
+                if leftovers.clear:
+                    return record, leftovers
+            if time.monotonic() >= deadline:
+                return record, leftovers
             time.sleep(CANCEL_POLL_S)
 
     # -- views ----------------------------------------------------------------------------------
@@ -237,6 +271,8 @@ class ControlPlane:
         try:
             location = self.tracking.locate(record)
             if location is not None and location.exact and record.mlflow_run_id != location.run_id:
+                # One id for users: the sweep's parent run gets the API id too (its children have it).
+                self.tracking.client.set_tag(location.run_id, API_ID_TAG, record.id)
                 record = self.store.update(record, mlflow_run_id=location.run_id)
         except Exception as exc:  # noqa: BLE001 - a status page must not fail because MLflow does
             warnings.append(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__}); progress unknown")
@@ -250,11 +286,27 @@ class ControlPlane:
         except Exception as exc:  # noqa: BLE001 - any MLflow failure here means: not available now
             raise Unavailable(f"MLflow at {self.tracking.uri} unreachable ({type(exc).__name__})") from None
         if location is None:
+            if record.finished:
+                raise Conflict(f"sweep {record.id} was {record.status} before it opened its MLflow parent run: "
+                               "it has no results")
             raise Conflict(f"sweep {record.id} ({record.status}) has no MLflow parent run yet; try when it runs")
         try:
-            return record, location.run_id, self.tracking.ablation_results(location.run_id)
+            table = self.tracking.ablation_results(location.run_id)
         except ImportError as exc:
             raise Unavailable(f"the ablation report is not available on this server ({exc})") from None
+        return record, location.run_id, table
+
+    @staticmethod
+    def results_note(record: Submission, trials: TrialCounts) -> str:
+        """What a reader of the table must know about how complete it is."""
+        done = f"{trials.finished} of {trials.total} trials finished"
+        if record.status == "cancelled":
+            return f"CANCELLED: the sweep was cancelled; the table holds only the trials that finished before ({done})"
+        if record.status == "failed":
+            return f"FAILED: the sweep failed ({record.message[:200]}); the table holds only finished trials ({done})"
+        if not record.finished:
+            return f"PARTIAL: the sweep is still {record.status}; {done} so far"
+        return "" if trials.finished == trials.total else f"INCOMPLETE: {done}"
 
     def logs(self, record: Submission, tail: int) -> tuple[list[str], bool]:
         try:

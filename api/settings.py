@@ -45,7 +45,11 @@ class ApiSettings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(None, description="None = sqlite:///<state_dir>/mlflow.db.")
     mlflow_ui_url: str | None = Field(None, description="Base URL of the MLflow UI for links; None = the tracking URI if http(s).")
     max_body_bytes: int = Field(256 * 1024, ge=1024)
-    cancel_wait_s: float = Field(20.0, ge=0, description="How long cancel waits for Ray to stop the job.")
+    cancel_wait_s: float = Field(20.0, ge=0, le=3600, description="How long cancel waits for the job to be gone.")
+    reconcile_interval_s: float = Field(5.0, gt=0, le=3600, description="Background reconciliation and reaping period.")
+    kill_grace_s: float = Field(5.0, ge=0, le=600, description="SIGTERM → SIGKILL delay for what outlives its job.")
+    settle_quiet_s: float = Field(30.0, ge=0, le=3600, description="A finished job is settled once checks over "
+                                  "this long found nothing of it left (catches drivers that start late).")
     job_pythonpath: str | None = Field(
         str(CODE_DIR), description="PYTHONPATH of the Ray job (where sweeps/ and orchestrator/ are); '' = none."
     )

@@ -8,6 +8,7 @@ race on one INSERT and exactly one of them creates the sweep.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 import time
@@ -38,10 +39,14 @@ CREATE TABLE IF NOT EXISTS submissions (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
+    quiet_since REAL,
+    settled_at REAL,
     UNIQUE (kind, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status);
 """
+# Columns added after the first release: (name, SQL type) added to an older database on open.
+ADDED_COLUMNS = (("quiet_since", "REAL"), ("settled_at", "REAL"))
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,9 @@ class Submission:
     idempotency_key: str | None = None
     mlflow_run_id: str | None = None  # the sweep's parent run, or the single run's own run
     cancel_requested: bool = False
+    # api/reaper.py: since when checks found nothing of the finished job left; when that held long enough.
+    quiet_since: float | None = None
+    settled_at: float | None = None
 
     @property
     def finished(self) -> bool:
@@ -81,11 +89,17 @@ class SubmissionStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        _owner_only(path)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.executescript(SCHEMA)
+        present = {row["name"] for row in self._db.execute("PRAGMA table_info(submissions)")}
+        for column, sql_type in ADDED_COLUMNS:
+            if column not in present:
+                self._db.execute(f"ALTER TABLE submissions ADD COLUMN {column} {sql_type}")
+        _owner_only(path)  # the -wal/-shm files exist now
 
     def close(self) -> None:
         with self._lock:
@@ -143,6 +157,14 @@ class SubmissionStore:
             rows = self._db.execute(f"SELECT * FROM submissions WHERE status NOT IN ({marks})", TERMINAL).fetchall()
         return [_record(row) for row in rows]
 
+    def unsettled(self) -> list[Submission]:
+        """Finished records whose end the reaper has not confirmed yet (api/reaper.py)."""
+        marks = ", ".join("?" for _ in TERMINAL)
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT * FROM submissions WHERE status IN ({marks}) AND settled_at IS NULL", TERMINAL).fetchall()
+        return [_record(row) for row in rows]
+
     def update(self, record: Submission, **changes: object) -> Submission:
         updated = replace(record, **changes, updated_at=time.time())
         assignments = ", ".join(f"{name} = ?" for name in changes)
@@ -152,6 +174,17 @@ class SubmissionStore:
                 (*changes.values(), updated.updated_at, record.id),
             )
         return updated
+
+
+def _owner_only(path: Path) -> None:
+    """The records hold what users submitted: 0600 for the database and its -wal/-shm files.
+
+    SQLite creates -wal/-shm with the database file's mode, so creating the file 0600 first is what
+    keeps them private; a database left 0644 by an older version is tightened, its side files too."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if file.exists() and file.stat().st_mode & 0o077:
+            file.chmod(0o600)
 
 
 def _record(row: sqlite3.Row) -> Submission:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import shlex
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from api.limits import MAX_TRIALS, number_errors
 from api.settings import ApiSettings
 from api.tracking import API_ID_TAG
 from orchestrator.config import ExperimentConfig
@@ -60,10 +62,11 @@ class PreparedJob:
     job_yaml: str
 
     def entrypoint(self, kind: str, job_file: Path, output_dir: Path) -> str:
-        # Constant commands; the only variable parts are paths this service generated.
+        # Constant commands; the only variable parts are paths this service generated. api.job
+        # validates the file again, then runs sweeps.run / orchestrator.train on it.
         if kind == "sweep":
-            return f"python -m sweeps.run {shlex.quote(str(job_file))} --output-dir {shlex.quote(str(output_dir))}"
-        return f"python -m orchestrator.train --config {shlex.quote(str(job_file))}"
+            return f"python -m api.job sweep {shlex.quote(str(job_file))} --output-dir {shlex.quote(str(output_dir))}"
+        return f"python -m api.job run {shlex.quote(str(job_file))}"
 
 
 def confine(value: str | Path, field: str, roots: list[Path]) -> Path:
@@ -193,8 +196,25 @@ def _config_errors(field: str) -> Iterator[None]:
         raise RequestRejected(field, f"invalid value ({type(exc).__name__}: {exc})"[:400]) from None
 
 
+def check_numbers(value: Any, field: str) -> None:
+    """Every float finite, every integer inside its bound (api/limits.py); all offenders named."""
+    errors = number_errors(value, field)
+    if errors:
+        raise RequestRejected(*errors[0], others=errors[1:])
+
+
+def check_grid_size(spec: SweepSpec) -> None:
+    """Before expanding: a grid of 1000 values on five axes would be 10^15 trial configs."""
+    axes = [values for values in spec.grid.model_dump().values() if values is not None]
+    size = math.prod(len(values) for values in axes) + len(spec.trials)
+    if size > MAX_TRIALS:
+        raise RequestRejected("grid", f"expands to up to {size} trials; a sweep may have at most {MAX_TRIALS}")
+
+
 def prepare_sweep(spec: SweepSpec, settings: ApiSettings, api_id: str) -> PreparedJob:
     roots = settings.allowed_roots
+    check_numbers(spec, "")
+    check_grid_size(spec)
     check_preset(spec.base.preset, "base.preset", roots)
     for index, size in enumerate(spec.grid.model_size or []):
         check_preset(size, f"grid.model_size.{index}", roots)
@@ -213,6 +233,7 @@ def prepare_sweep(spec: SweepSpec, settings: ApiSettings, api_id: str) -> Prepar
         trials = expand(job_spec, output_dir=output_dir(settings, api_id))
     for index, trial in enumerate(trials):
         check_config_paths(trial.config, f"trial {index} ({trial.name})", roots)
+        check_numbers(trial.config, f"trial {index} ({trial.name})")
     return PreparedJob(
         name=spec.name,
         experiment=spec.experiment,
@@ -223,6 +244,7 @@ def prepare_sweep(spec: SweepSpec, settings: ApiSettings, api_id: str) -> Prepar
 
 def prepare_run(request: BaseExperiment, settings: ApiSettings, api_id: str) -> PreparedJob:
     roots = settings.allowed_roots
+    check_numbers(request, "")
     check_preset(request.preset, "preset", roots)
     nested = _check_user_paths(request.overrides, "overrides", roots)
     _check_tracking_uri(_dig(nested, "tracking.tracking_uri"), "overrides.tracking.tracking_uri", settings)
@@ -242,6 +264,7 @@ def prepare_run(request: BaseExperiment, settings: ApiSettings, api_id: str) -> 
             ]
             raise RequestRejected(*errors[0], others=errors[1:]) from None
     check_config_paths(config, "config", roots)
+    check_numbers(config, "config")
     return PreparedJob(
         name=config.name,
         experiment=config.tracking.experiment,

@@ -93,7 +93,7 @@ def run(smoke: bool) -> dict:
         title="step time by selection method in train() (cpu-tiny-s)",
         settings={"preset": PRESET, "methods": list(methods), "steps_per_run": cfg["steps"],
                   "rounds": cfg["rounds"], "overrides": cfg["overrides"],
-                  "rl_step": rl_step_shape(PRESET, cfg["overrides"]),
+                  "rl_step": rl_step_shape(PRESET, cfg["overrides"] + ["selection.method=gmts"]),
                   "steady_steps_per_method": {m: len(steps[m]) for m in methods}},
         figures=figures,
         measurements={m: [run.breakdown() for run in runs[m]] for m in methods},

@@ -10,7 +10,7 @@ from pathlib import Path
 import uvicorn
 import yaml
 
-from api.ray_jobs import JobNotFound, JobState, RayUnavailable
+from api.ray_jobs import JobNotFound, JobState, LiveProcess, RayUnavailable
 
 TOKEN = "test-token-0123456789abcdef"
 
@@ -20,6 +20,7 @@ class FakeJobs:
 
     def __init__(self) -> None:
         self.jobs: dict[str, dict] = {}
+        self.live = {}
         self.available = True
         self.stop_takes_effect = True
         self.refuse = False  # True: Ray answers submissions with an error (as JobSubmissionClient raises it)  # False: stop is requested but the job keeps running
@@ -46,11 +47,11 @@ class FakeJobs:
         if submission_id not in self.jobs:
             raise JobNotFound(submission_id)
         job = self.jobs[submission_id]
-        return JobState(job["status"], job["message"])
+        return JobState(job["status"], job["message"], job_id=job.get("job_id"))
 
     def states(self) -> dict[str, JobState]:
         self._check()
-        return {sid: JobState(job["status"], job["message"]) for sid, job in self.jobs.items()}
+        return {sid: JobState(job["status"], job["message"], job_id=job.get("job_id")) for sid, job in self.jobs.items()}
 
     def stop(self, submission_id: str) -> None:
         self._check()
@@ -68,6 +69,13 @@ class FakeJobs:
     def ping(self) -> str:
         self._check()
         return "ok"
+
+    # What Ray's state API lists as alive of a job: tests put LiveProcess rows here by Ray JobID.
+    live: dict[str, list[LiveProcess]]
+
+    def live_processes(self, job_id: str, driver_pid: int | None = None) -> list[LiveProcess]:
+        self._check()
+        return list(self.live.get(job_id, []))
 
 
 class serve:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,7 +27,7 @@ from orchestrator.config_loader import load_experiment
 from sweeps.report import ablation_results
 from sweeps.spec import expand, load_spec
 from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
-from tests.api.support import TOKEN, FakeJobs, bearer, sweep_body, write_yaml
+from tests.api.support import TOKEN, FakeJobs, bearer, sweep_body, wait_for, write_yaml
 
 V1_CALLS = [
     ("POST", "/v1/sweeps"),
@@ -119,7 +122,7 @@ def test_submit_writes_a_validated_spec_and_a_constant_entrypoint(client, jobs, 
     job = jobs.jobs[sweep["ray_submission_id"]]
     job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
     run_dir = settings.state_dir / "runs" / sweep["id"]
-    assert job["entrypoint"] == f"python -m sweeps.run {job_file} --output-dir {run_dir}"
+    assert job["entrypoint"] == f"python -m api.job sweep {job_file} --output-dir {run_dir}"
     assert job["env_vars"]["MLFLOW_TRACKING_URI"] == settings.tracking_uri()
     assert TOKEN not in json.dumps(job)  # no secret in the runtime_env, which Ray shows to anyone
     spec = load_spec(job_file)  # the file the job runs is a valid spec that sweeps.run accepts
@@ -149,7 +152,7 @@ def test_submit_a_single_run(client, jobs, settings) -> None:
     run = response.json()
     assert run["id"].startswith("run-") and run["name"] == "one-run" and run["links"]["results"] is None
     job_file = settings.state_dir / "jobs" / f"{run['id']}.yaml"
-    assert jobs.jobs[run["ray_submission_id"]]["entrypoint"] == f"python -m orchestrator.train --config {job_file}"
+    assert jobs.jobs[run["ray_submission_id"]]["entrypoint"] == f"python -m api.job run {job_file}"
     config = load_experiment(job_file)  # the complete validated config, as orchestrator.train loads it
     assert config.training.steps == 1
     assert config.output_dir == settings.state_dir / "runs" / run["id"]
@@ -217,6 +220,77 @@ def test_unknown_fields_are_rejected_by_name(client) -> None:
     _bad(client, sweep_body(base={"preset": "cpu-tiny-s", "overrides": {"training.stepz": 1}}), 422, "training.stepz")
     _bad(client, {"preset": "cpu-tiny-s", "overrides": {"model.colour": 1}}, 422, "overrides.model.colour",
          path="/v1/runs")
+
+
+def _raw(client: TestClient, body: str, path: str = "/v1/sweeps"):
+    """JSON as an attacker types it: ``Infinity``/``NaN`` literals, which Python's json parser accepts."""
+    return client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e400"])
+def test_non_finite_numbers_are_refused_naming_the_field(client, jobs, literal: str) -> None:
+    sweep = ('{"name": "x", "base": {"preset": "cpu-tiny-s", "overrides": {"learner.lr": %s}}, '
+             '"grid": {"method": ["gmts"]}}' % literal)
+    response = _raw(client, sweep)
+    assert response.status_code == 422, response.text
+    assert "base.overrides.learner.lr: must be a finite number" in response.json()["message"]
+    assert response.json()["detail"][0]["loc"] == ["body", "base.overrides.learner.lr"]
+    response = _raw(client, '{"preset": "cpu-tiny-s", "overrides": {"rollout.temperature": %s}}' % literal, "/v1/runs")
+    assert response.status_code == 422, response.text
+    assert "overrides.rollout.temperature: must be a finite number" in response.json()["message"]
+    assert jobs.jobs == {}  # nothing reached Ray
+
+
+def test_a_non_finite_number_in_a_preset_file_is_refused_too(client, jobs, roots: Path) -> None:
+    preset = write_yaml(roots / "inf.yaml", {"extends": "cpu-tiny-s", "learner": {"lr": float("inf")}})
+    _bad(client, sweep_body(base={"preset": str(preset)}, grid={"method": ["gmts"]}), 422,
+         "trial 0 (api-test-t000).learner.lr: must be a finite number")
+    _bad(client, {"preset": str(preset)}, 422, "config.learner.lr: must be a finite number", path="/v1/runs")
+    assert jobs.jobs == {}
+
+
+def test_absurd_numbers_are_refused_naming_the_field_and_the_bound(client, jobs) -> None:
+    def overrides(**values):
+        return sweep_body(base={"preset": "cpu-tiny-s", "overrides": values}, grid={"method": ["gmts"]})
+
+    _bad(client, overrides(**{"training.steps": 1e18}), 422, "base.overrides.training.steps", "upper bound 1000000")
+    _bad(client, sweep_body(grid={"method": ["gmts"], "seed": [0, 2**40]}), 422, "grid.seed.1", "upper bound 4294967295")
+    _bad(client, sweep_body(grid={"method": ["gmts"], "seed": [0, 1e30]}), 422, "grid.seed.1")  # pydantic's own refusal
+    _bad(client, sweep_body(max_concurrent_trials=1e30), 422, "max_concurrent_trials")
+    _bad(client, sweep_body(max_concurrent_trials=5000), 422, "max_concurrent_trials", "upper bound 1024")
+    _bad(client, overrides(**{"training.seed": -1}), 422, "base.overrides.training.seed", "must not be negative")
+    _bad(client, overrides(**{"rollout.max_new_tokens": 10**9}), 422, "rollout.max_new_tokens", "upper bound 1048576")
+    _bad(client, overrides(**{"learner.mini_batch_size": 10**12}), 422, "learner.mini_batch_size", "upper bound 10000000")
+    _bad(client, sweep_body(grid={"method": ["gmts"], "ratio": [0.1] * 20, "seed": list(range(60))}), 422,
+         "grid", "expands to up to 1200 trials", "at most 1000")
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"training.steps": 1e18}}, 422, "overrides.training.steps",
+         "upper bound", path="/v1/runs")
+    assert jobs.jobs == {}
+    # The bound itself is allowed (the bounds are limits, not a second opinion on a sensible run).
+    assert client.post("/v1/sweeps", json=overrides(**{"training.steps": 1_000_000, "training.seed": 2**32 - 1})).status_code == 201
+
+
+def test_the_job_revalidates_its_file_before_it_starts(client, settings, capsys) -> None:
+    from api.job import main as job_main, validate
+
+    sweep = _submit(client)
+    job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
+    validate("sweep", job_file, settings.state_dir / "runs" / sweep["id"])  # the file as written passes
+    tampered = yaml.safe_load(job_file.read_text())
+    tampered["base"]["overrides"]["learner.lr"] = float("inf")
+    tampered["max_concurrent_trials"] = 10**9
+    job_file.write_text(yaml.safe_dump(tampered))
+    assert job_main(["sweep", str(job_file), "--output-dir", str(settings.state_dir / "runs" / sweep["id"])]) == 2
+    err = capsys.readouterr().err
+    assert "base.overrides.learner.lr: must be a finite number" in err and "max_concurrent_trials" in err
+    run = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"training.steps": 1}}).json()
+    run_file = settings.state_dir / "jobs" / f"{run['id']}.yaml"
+    validate("run", run_file, None)
+    config = yaml.safe_load(run_file.read_text())
+    config["training"]["steps"] = 10**12
+    run_file.write_text(yaml.safe_dump(config))
+    assert job_main(["run", str(run_file)]) == 2
+    assert "config.training.steps" in capsys.readouterr().err
 
 
 def test_config_errors_name_the_trial_and_field(client) -> None:
@@ -326,10 +400,10 @@ def test_records_survive_a_restart_and_are_reconciled_on_start_up(settings, jobs
     store = app.state.plane.store
     store.update(store.get("sweep", lost["id"]), created_at=time.time() - SUBMIT_GRACE_S - 1)
     with TestClient(app, headers=bearer()):
-        # start-up reconciliation, before any request reads the records
+        # the background reconciliation from start-up on, before any request reads the records
+        wait_for(lambda: store.get("sweep", lost["id"]).status == "failed", 30, 0.1, "start-up reconciliation")
         assert store.get("sweep", running["id"]).status == "succeeded"
-        lost_record = store.get("sweep", lost["id"])
-        assert lost_record.status == "failed" and "Ray has no job" in lost_record.message
+        assert "Ray has no job" in store.get("sweep", lost["id"]).message
 
 
 # -- cancel, logs, results ------------------------------------------------------------------------
@@ -360,6 +434,7 @@ def test_cancel_stops_the_job_and_kills_the_mlflow_runs(client, jobs, settings) 
     mlflow, parent, children = _fake_sweep_runs(settings, sweep["id"], "api-test")
     status = client.get(f"/v1/sweeps/{sweep['id']}").json()
     assert status["mlflow"]["run_id"] == parent
+    assert mlflow.get_run(parent).data.tags[API_ID_TAG] == sweep["id"]  # one id, in MLflow too
     assert status["mlflow"]["ui_url"].startswith("http://127.0.0.1:5000/#/experiments/")
     assert status["trials"] == {"total": 3, "running": 2, "finished": 1, "failed": 0, "killed": 0}
     response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
@@ -368,8 +443,65 @@ def test_cancel_stops_the_job_and_kills_the_mlflow_runs(client, jobs, settings) 
     assert jobs.jobs[sweep["ray_submission_id"]]["status"] == "STOPPED"
     assert mlflow.get_run(parent).info.status == "KILLED"
     assert [mlflow.get_run(c).info.status for c in children] == ["FINISHED", "KILLED", "KILLED"]
-    again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
-    assert again.status_code == 409 and "already cancelled" in again.json()["message"]
+    for _ in range(2):  # a client retrying its cancel after a timeout gets the state, not an error
+        again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+        assert again.status_code == 200, again.text
+        assert again.json()["status"] == "cancelled" and again.json()["cancel_requested"] is True
+    results = client.get(f"/v1/sweeps/{sweep['id']}/results").json()
+    assert results["status"] == "cancelled" and results["complete"] is False
+    assert results["note"].startswith("CANCELLED") and "1 of 3 trials finished" in results["note"]
+
+
+def test_a_sweep_cancelled_before_its_parent_run_says_it_has_no_results(client, jobs) -> None:
+    sweep = _submit(client)
+    assert client.post(f"/v1/sweeps/{sweep['id']}/cancel").json()["status"] == "cancelled"
+    response = client.get(f"/v1/sweeps/{sweep['id']}/results")
+    assert response.status_code == 409
+    assert response.json()["message"] == (f"sweep {sweep['id']} was cancelled before it opened its MLflow parent run: "
+                                          "it has no results")
+    assert client.post(f"/v1/sweeps/{sweep['id']}/cancel").status_code == 200
+    jobs.set(sweep["ray_submission_id"], "SUCCEEDED")  # a finished record is final
+    run = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"training.steps": 1}}).json()
+    assert client.post(f"/v1/runs/{run['id']}/cancel").status_code == 200
+    repeat = client.post(f"/v1/runs/{run['id']}/cancel")
+    assert repeat.status_code == 200 and repeat.json()["status"] == "cancelled"
+
+
+def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(settings, jobs) -> None:
+    """Ray says STOPPED, yet a driver of the job goes on (it ignores SIGTERM) and opens an MLflow run
+    after the cancel: the cancel answers 202 naming it, the service escalates to SIGKILL — here in a
+    restarted API process — closes the late run KILLED, and settles the record. The driver is a real
+    process (its command line is the job's entrypoint); Ray is the fake of conftest.py."""
+    settings.reconcile_interval_s, settings.kill_grace_s, settings.settle_quiet_s = 0.3, 2.0, 1.0
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        sweep = _submit(client)
+        jobs.set(sweep["ray_submission_id"], "RUNNING")
+        job_file = str(settings.state_dir / "jobs" / f"{sweep['id']}.yaml")
+        driver = subprocess.Popen([sys.executable, "-c", stubborn, "api.job", "sweep", job_file])
+    try:
+        with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+            mlflow, parent, _ = _fake_sweep_runs(settings, sweep["id"], "api-test")
+            response = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+            assert response.status_code == 202, response.text
+            body = response.json()
+            assert body["status"] == "cancelled" and body["settled"] is False
+            assert f"driver process(es) [{driver.pid}] alive" in " ".join(body["warnings"])
+            assert mlflow.get_run(parent).info.status == "KILLED"
+            assert driver.poll() is None  # SIGTERM is ignored: only the escalation can end it
+        # A new API process (the old one is gone): its background reconciler finishes the job.
+        with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+            experiment = mlflow.get_run(parent).info.experiment_id
+            late = mlflow.create_run(experiment, tags={PARENT_TAG: parent, API_ID_TAG: sweep["id"]})  # after it all
+            wait_for(lambda: driver.poll() is not None, 30, 0.2, "the SIGKILL")
+            assert driver.returncode == -signal.SIGKILL
+            wait_for(lambda: mlflow.get_run(late.info.run_id).info.status == "KILLED", 30, 0.2, "the late run KILLED")
+            wait_for(lambda: client.get(f"/v1/sweeps/{sweep['id']}").json()["settled"], 30, 0.2, "the record to settle")
+            again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+            assert again.status_code == 200 and again.json()["status"] == "cancelled" and again.json()["warnings"] == []
+    finally:
+        driver.kill()
+        driver.wait()
 
 
 def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
@@ -419,6 +551,8 @@ def test_results_are_the_reports_ablation_table(client, jobs, settings) -> None:
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["parent_run_id"] == parent and body["status"] == "succeeded"
+    # two of the fake trials never finished (the reconciler closed them FAILED): the table says so
+    assert body["complete"] is False and body["note"] == "INCOMPLETE: 1 of 3 trials finished"
     assert body["results"] == json.loads(json.dumps(ablation_results(settings.tracking_uri(), parent)))
 
 
@@ -437,3 +571,40 @@ def test_job_files_are_not_world_readable_or_shared(client, settings) -> None:
     job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
     assert yaml.safe_load(job_file.read_text())["name"] == "api-test"
     assert os.stat(job_file).st_mode & 0o077 == 0
+
+
+def test_the_state_database_and_its_wal_files_are_owner_only(settings, jobs) -> None:
+    settings.state_dir.mkdir(parents=True)
+    database = settings.state_dir / "api.db"
+    database.touch(mode=0o644)  # as an older version left it
+    database.chmod(0o644)
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        _submit(client)
+        files = [database, database.with_name("api.db-wal"), database.with_name("api.db-shm")]
+        assert all(file.exists() for file in files)
+        assert {file.name: oct(file.stat().st_mode & 0o777) for file in files} == {
+            file.name: "0o600" for file in files}
+
+
+# -- offline docs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("page", "assets"), [("/docs", 3), ("/redoc", 2)])
+def test_docs_pages_load_only_local_assets(settings, jobs, page: str, assets: int) -> None:
+    """An offline cluster has no CDN: every script, stylesheet and icon of /docs and /redoc is a path
+    of this server, and each one is served (by content, not just a 200)."""
+    import re
+
+    with TestClient(create_app(settings, jobs)) as client:  # no token: the docs are public, like /openapi.json
+        html = client.get(page)
+        assert html.status_code == 200 and "text/html" in html.headers["content-type"]
+        urls = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']|url:\s*['"]([^'"]+)['"]""", html.text)
+        urls = [next(u for u in pair if u) for pair in urls]
+        assert not [u for u in urls if re.match(r"^(https?:)?//", u)], urls  # nothing from another host
+        assert "cdn.jsdelivr" not in html.text and "fonts.googleapis" not in html.text
+        local = [u for u in urls if u.startswith("/static-offline-docs/")]
+        assert len(local) == assets, urls
+        for url in local:
+            asset = client.get(url)
+            assert asset.status_code == 200 and len(asset.content) > 1000, url
+        assert "/openapi.json" in html.text and client.get("/openapi.json").status_code == 200

@@ -6,7 +6,10 @@
 3. a second sweep is submitted and cancelled while it waits behind the first: Ray says STOPPED, MLflow
    says KILLED;
 4. the first sweep is polled to success and its results equal ``sweeps.report.ablation_results`` read
-   straight from MLflow.
+   straight from MLflow;
+5. single runs are cancelled at points of a job's life (right after submit, while queued/starting;
+   while training, with its actors up): each time Ray says STOPPED, no process of the job is left on
+   the machine, Ray's state API lists no live driver or actor of it, and its MLflow runs are KILLED.
 
 Everything started here is stopped here: the Ray head through its process group plus every
 descendant recorded before teardown (Ray starts job drivers in their own sessions), never
@@ -31,6 +34,7 @@ import psutil
 import pytest
 from mlflow import MlflowClient
 
+from api.ray_jobs import RayJobs
 from api.tracking import API_ID_TAG
 from sweeps.report import ablation_results
 from sweeps.tracking import PARENT_TAG
@@ -328,3 +332,65 @@ def test_training_run_through_ray_job_submit_lands_in_mlflow(ray_head: str, mlfl
     assert run.data.params["selection.method"] == "gmts" and run.data.params["training.steps"] == "2"
     assert [m.step for m in mlflow.get_metric_history(run.info.run_id, "train/accuracy")] == [1, 2]
     assert "eval/arithmetic/accuracy" in run.data.metrics
+
+
+def _job_processes(job_file: str) -> list[int]:
+    """Every process on this machine whose command line names the job's file (driver, its shell)."""
+    return [p.pid for p in psutil.process_iter(["cmdline"]) if job_file in (p.info.get("cmdline") or [])]
+
+
+def _assert_gone(api: ApiProcess, ray_head: str, mlflow_server: str, run: dict, ray_job_id: str | None) -> None:
+    ray_jobs = RayJobs(ray_head, TOKEN)
+    assert _ray_status(ray_head, run["ray_submission_id"]) == "STOPPED"
+    job_file = str(api.work / "state" / "jobs" / f"{run['id']}.yaml")
+    assert _job_processes(job_file) == []
+    state = ray_jobs.state(run["ray_submission_id"])
+    job_id = ray_job_id or state.job_id
+    if job_id:  # None: no driver ever registered with Ray
+        # Ray's own bookkeeping of dead actors lags their death by a moment
+        wait_for(lambda: ray_jobs.live_processes(job_id, state.driver_pid) == [], 30, 1, "Ray to list nothing alive")
+    mlflow = MlflowClient(mlflow_server)
+    experiment = mlflow.get_experiment_by_name("gmts-lab")
+    runs = mlflow.search_runs([experiment.experiment_id], f"tags.`{API_ID_TAG}` = '{run['id']}'") if experiment else []
+    assert all(r.info.status == "KILLED" for r in runs), [(r.info.run_id, r.info.status) for r in runs]
+    return runs
+
+
+def test_cancel_leaves_nothing_running_at_any_point_of_a_job(api: ApiProcess, ray_head: str, mlflow_server: str) -> None:
+    ray_jobs = RayJobs(ray_head, TOKEN)
+    body = {"preset": "cpu-tiny-s", "overrides": {**TINY_OVERRIDES, "training.steps": 200}}
+    timings = {}
+
+    # (a) queued / starting: the cancel follows the submit at once (where Ray said STOPPED and the driver went on)
+    started = time.monotonic()
+    run = api.call("POST", "/v1/runs", json=body).json()
+    response = api.call("POST", f"/v1/runs/{run['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    time.sleep(5)  # a driver that starts late would be up by now
+    _assert_gone(api, ray_head, mlflow_server, run, None)
+    timings["starting"] = time.monotonic() - started
+
+    # (b) training: its MLflow run is open and its actors are alive
+    started = time.monotonic()
+    run = api.call("POST", "/v1/runs", json=body).json()
+    mlflow = MlflowClient(mlflow_server)
+
+    def training() -> str | None:
+        state = ray_jobs.state(run["ray_submission_id"])
+        experiment = mlflow.get_experiment_by_name("gmts-lab")
+        if not state.job_id or experiment is None:
+            return None
+        runs = mlflow.search_runs([experiment.experiment_id], f"tags.`{API_ID_TAG}` = '{run['id']}'")
+        actors = [p for p in ray_jobs.live_processes(state.job_id, state.driver_pid)
+                  if p.kind == "actor" and p.state == "ALIVE"]
+        return state.job_id if runs and runs[0].info.status == "RUNNING" and actors else None
+
+    job_id = wait_for(training, 600, 2, "the run to train with live actors")
+    response = api.call("POST", f"/v1/runs/{run['id']}/cancel")
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    runs = _assert_gone(api, ray_head, mlflow_server, run, job_id)
+    assert len(runs) == 1
+    timings["training"] = time.monotonic() - started
+    print("cancel timings (s):", {k: round(v) for k, v in timings.items()})

@@ -4,19 +4,10 @@ from orchestrator.config import flatten
 from orchestrator.config_loader import ConfigError, load_experiment, preset_names
 
 
-def test_every_preset_validates(tmp_path, monkeypatch):
+def test_every_preset_validates(gpu_roots):
     names = preset_names()
     assert {"cpu-tiny-s", "cpu-tiny-m", "cpu-smollm2", "qwen2.5-math-1.5b", "qwen2.5-math-7b", "qwen3-8b"} <= set(names)
-    models, data = tmp_path / "models", tmp_path / "data"
-    for model in ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen3-8B",
-                  "Qwen2.5-Coder-1.5B", "Qwen2.5-Coder-7B"):
-        (models / model).mkdir(parents=True)
-        (models / model / "config.json").write_text("{}")
-    data.mkdir()
-    for name in ("math_train.parquet", "code_train.parquet"):
-        (data / name).write_bytes(b"")
-    monkeypatch.setenv("GMTS_MODELS_DIR", str(models))
-    monkeypatch.setenv("GMTS_DATA_DIR", str(data))
+    models = gpu_roots
     for name in names:
         config = load_experiment(name)
         if config.model.source == "hf":

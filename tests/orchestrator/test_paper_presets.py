@@ -20,23 +20,9 @@ A3 = {
 ROLLOUTS, TEMPERATURE, CLIP = 16, 1.0, (0.2, 0.28)
 
 
-@pytest.fixture
-def model_roots(tmp_path, monkeypatch):
-    models, data = tmp_path / "models", tmp_path / "data"
-    for model in ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen3-8B",
-                  "Qwen2.5-Coder-1.5B", "Qwen2.5-Coder-7B"):
-        (models / model).mkdir(parents=True)
-        (models / model / "config.json").write_text("{}")
-    data.mkdir()
-    for name in ("math_train.parquet", "code_train.parquet"):
-        (data / name).write_bytes(b"")
-    monkeypatch.setenv("GMTS_MODELS_DIR", str(models))
-    monkeypatch.setenv("GMTS_DATA_DIR", str(data))
-
-
 @pytest.mark.parametrize("preset", sorted(A3))
 @pytest.mark.parametrize("algorithm", ["grpo", "dapo"])
-def test_paper_preset_matches_appendix_a3(model_roots, preset, algorithm):
+def test_paper_preset_matches_appendix_a3(gpu_roots, preset, algorithm):
     questions, mini_questions, lr, template = A3[preset]
     config = load_experiment(preset, [f"algorithm.name={algorithm}"])
     assert config.data.prompts_per_step == questions

@@ -141,23 +141,6 @@ def test_cpu_ablation_grid_size() -> None:
 
 
 GPU_SPECS = {"paper-math": 12, "paper-ratio": 21, "paper-code": 6, "paper-cs": 6}
-GPU_MODELS = ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen3-8B", "Qwen2.5-Coder-1.5B",
-              "Qwen2.5-Coder-7B")
-
-
-@pytest.fixture
-def gpu_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Stand-in model folders (a config.json is all validation looks at) and training files."""
-    models, data = tmp_path / "models", tmp_path / "data"
-    for model in GPU_MODELS:
-        (models / model).mkdir(parents=True)
-        (models / model / "config.json").write_text("{}")
-    data.mkdir()
-    for name in ("math_train.parquet", "code_train.parquet"):
-        (data / name).write_bytes(b"")
-    monkeypatch.setenv("GMTS_MODELS_DIR", str(models))
-    monkeypatch.setenv("GMTS_DATA_DIR", str(data))
-    return models
 
 
 @pytest.mark.parametrize("name,size", GPU_SPECS.items())

@@ -191,5 +191,6 @@ def test_report_artifacts_on_the_parent(sweep: dict) -> None:
                  "learning_curves.png"):
         assert f"ablation/{name}" in listed
     table = json.loads((sweep["sweep_dir"] / "report" / "ablation.json").read_text())
-    gmts = [c for c in table["cells"] if c["method"] == "gmts" and c["metric"] == "accuracy"]
+    # One test cell (the validation set's cell only chooses lrs), with its Δ over ETS at the same scope.
+    gmts = [c for c in table["cells"] if c["method"] == "gmts" and c["metric"] == "accuracy" and c["split"] == "test"]
     assert len(gmts) == 1 and gmts[0]["delta_vs_ets"] is not None

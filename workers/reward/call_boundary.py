@@ -152,9 +152,12 @@ def read_frame(fd: int, read_exactly) -> object:
         raise ProtocolError(f"not JSON: {type(error).__name__}") from None
 
 
-def _blocking_read_exactly(fd: int, size: int) -> bytes:
+def read_exactly(fd: int, size: int, wait=None) -> bytes:
+    """``size`` bytes from ``fd``; ``wait(fd)``, if given, runs before each read (the trusted side's deadline)."""
     chunks, needed = [], size
     while needed:
+        if wait is not None:
+            wait(fd)
         chunk = os.read(fd, needed)
         if not chunk:
             raise EOFError
@@ -174,7 +177,7 @@ def serve(function_name: str, namespace: dict, request_fd: int, response_fd: int
     function = namespace.get(function_name)
     while True:
         try:
-            request = read_frame(request_fd, _blocking_read_exactly)
+            request = read_frame(request_fd, read_exactly)
         except EOFError:
             return
         try:

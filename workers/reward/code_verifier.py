@@ -178,15 +178,7 @@ class CandidateProxy:
             view = view[os.write(self._request_fd, view[:65536]):]
 
     def _read_exactly(self, fd: int, size: int) -> bytes:
-        chunks, needed = [], size
-        while needed:
-            self._wait_until(select.POLLIN, fd)
-            chunk = os.read(fd, needed)
-            if not chunk:
-                raise EOFError
-            chunks.append(chunk)
-            needed -= len(chunk)
-        return b"".join(chunks)
+        return call_boundary.read_exactly(fd, size, wait=lambda ready: self._wait_until(select.POLLIN, ready))
 
     def _wait_until(self, event: int, fd: int) -> None:
         poller = select.poll()
