@@ -39,7 +39,7 @@ from workers.learner.forward import response_logits
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
 from workers.learner.selection import SelectionConfig, select_tokens
 from workers.learner.token_stats import token_stats_from_logits
-from workers.models import materialize_model
+from workers.models.materialize import materialize_model
 
 logger = logging.getLogger(__name__)
 

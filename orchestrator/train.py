@@ -8,9 +8,27 @@ One step, as data (``rl_step``):
     and token selection inside, one call per rank) → rollout.update_weights → metrics (→ checkpoint)
 """
 
+# ruff: noqa: E402  (the heavy imports follow the early --help on purpose)
 from __future__ import annotations
 
 import argparse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="preset name (e.g. cpu-tiny-s) or YAML file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. --set selection.recipe=ets-release (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
+    return parser
+
+
+# `--help` and usage errors answer here, before the imports below load Ray, torch, transformers,
+# DeepSpeed and vLLM (seconds each); main() parses again.
+if __name__ == "__main__":
+    _parser().parse_args()
+
 import logging
 import sys
 import time
@@ -286,13 +304,7 @@ def _fmt(metrics: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="preset name (e.g. cpu-tiny-s) or YAML file")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field, e.g. --set selection.recipe=ets-release (repeatable)")
-    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_experiment(args.config, args.overrides)

@@ -11,11 +11,13 @@ import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlflow import MlflowClient
 from mlflow.entities import Param, Run, RunStatus, RunTag
 
-from sweeps.spec import SweepSpec
+if TYPE_CHECKING:  # the spec pulls in the experiment config (torch): sweeps.report reads runs without it
+    from sweeps.spec import SweepSpec
 
 logger = logging.getLogger(__name__)
 
