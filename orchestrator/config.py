@@ -125,7 +125,9 @@ class TrackingConfig(_Strict):
 class ResourcesConfig(_Strict):
     cpus_per_rollout_actor: float = Field(1.0, gt=0)
     cpus_per_learner_actor: float = Field(1.0, gt=0)
-    cpus_per_reward_worker: float = Field(0.0, ge=0, description="Reward scoring is light; 0 lets it share a core.")
+    cpus_per_reward_worker: float = Field(
+        0.0, ge=0, description="Reward scoring is light; 0 lets it share a core. Above 0 it is a bundle of its own in "
+                               "the run's placement group (a sweep trial reserves it).")
     gpus_per_rollout_actor: float = Field(0.0, ge=0)
     gpus_per_learner_actor: float = Field(0.0, ge=0)
     colocate: bool = Field(

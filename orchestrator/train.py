@@ -140,7 +140,8 @@ def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) 
     if placement_group is not None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group, 0)
+        reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement_group, bundle_index(config, "reward", 0))
     reward = ray.remote(RewardWorker).options(**reward_options).remote(config.reward)
     workers = _Workers(rollout=rollout, learners=learners, reward=reward, weight_sync=rollout.weight_sync_route(),
                        bucket_bytes=config.rollout.weight_sync_bucket_bytes)
