@@ -3,7 +3,7 @@
 For one realistic micro-batch per model, measured side by side in one run:
 
 - ``step/baseline``: the learner's forward + backward with the plain policy loss — logits at the
-  response positions only (``batch.response_logits``), log π by log-softmax + gather,
+  response positions only (``forward.response_logits``), log π by log-softmax + gather,
   ``ppo_clip_loss``, backward. Nothing is computed for selection. (No optimiser step: leaving it
   out makes the denominator smaller, so the overhead ratios below are upper bounds.)
 - the *isolated* cost of each method's extra work on the same logits: the entropy (and G) that
@@ -34,11 +34,12 @@ from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.timing import Samples, interleaved, paired_ratio
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import load_experiment
-from workers.learner.batch import TrainBatch, response_logits
+from workers.learner.batch import TrainBatch
+from workers.learner.forward import response_logits
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
 from workers.learner.selection import SelectionConfig, select_tokens
 from workers.learner.token_stats import token_stats_from_logits
-from workers.models import materialize_model
+from workers.models.materialize import materialize_model
 
 logger = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ Per model, side by side (interleaved rounds, medians):
   serialised to bytes in buckets, ``collective_rpc``, rebuilt and reloaded by the worker extension);
 - ``ray_group`` (full runs): the training loop's route into a rollout actor in another process —
   ``RolloutGroup.update_weights`` puts the state dict in Ray's object store once as ``HostWeights``
-  (``workers/host_weights.py``), the actor maps it without a copy and reloads (the loop itself puts it
+  (``workers/weights/object_store.py``), the actor maps it without a copy and reloads (the loop itself puts it
   from the learner actor; the driver never holds it);
 - ``clone``: ``{name: tensor.clone()}`` of the same state dict — one in-memory copy of the same bytes,
   the physical floor on this machine.
@@ -28,7 +28,7 @@ from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.timing import interleaved, paired_ratio
 from benchmarks.workloads import preset_workload
 from workers.rollout import RolloutEngine
-from workers.rollout.weight_sync import send_weights_via_rpc
+from workers.weights.vllm_reload import send_weights_via_rpc
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import load_experiment
 from orchestrator.data import load_dataset, prompt_token_ids
-from workers.models import materialize_model
+from workers.models.materialize import materialize_model
 from workers.problem import Problem
 
 

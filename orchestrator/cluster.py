@@ -11,7 +11,7 @@ logger = logging.getLogger(__name__)
 
 # Set per actor (``actor_runtime_env``), not in ray.init: inside a Ray job, a runtime_env given to
 # ray.init would replace the job's own (its working_dir), while per-actor env_vars merge with it.
-# vLLM in-process on CPU (RECIPES.md: engine start ≈4.5 s instead of ≈31 s), and no tokenizer
+# vLLM in-process on CPU (engine start ≈4.5 s instead of ≈31 s, workers/rollout/README.md), and no tokenizer
 # thread pools fighting the actors for 2 cores.
 ACTOR_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
 

@@ -15,10 +15,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.data.config import DataConfig
+from workers.learner.advantages import ADVANTAGE_ESTIMATORS
 from workers.learner.config import LearnerConfig
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig
 from workers.models.config import ModelConfig
+from workers.registry import Registered
 from workers.reward.config import RewardConfig
 from workers.rollout.config import RolloutConfig
 
@@ -57,7 +59,8 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
 
 class AlgorithmConfig(_Strict):
     name: Literal["grpo", "dapo"] = "grpo"
-    advantage_estimator: Literal["grpo", "grpo_no_std", "rloo"] = "grpo"
+    advantage_estimator: Registered(ADVANTAGE_ESTIMATORS, "advantage_estimator") = Field(  # type: ignore[valid-type]
+        "grpo", description="A registered advantage estimator (register_advantage_estimator): grpo, grpo_no_std, rloo.")
     loss: PolicyLossConfig = Field(default_factory=PolicyLossConfig)
     dynamic_sampling: bool = Field(False, description="DAPO: resample until the batch holds enough informative groups.")
     max_resample_rounds: int = Field(4, ge=0, description="Extra rollout rounds dynamic sampling may spend per step.")
@@ -122,7 +125,9 @@ class TrackingConfig(_Strict):
 class ResourcesConfig(_Strict):
     cpus_per_rollout_actor: float = Field(1.0, gt=0)
     cpus_per_learner_actor: float = Field(1.0, gt=0)
-    cpus_per_reward_worker: float = Field(0.0, ge=0, description="Reward scoring is light; 0 lets it share a core.")
+    cpus_per_reward_worker: float = Field(
+        0.0, ge=0, description="Reward scoring is light; 0 lets it share a core. Above 0 it is a bundle of its own in "
+                               "the run's placement group (a sweep trial reserves it).")
     gpus_per_rollout_actor: float = Field(0.0, ge=0)
     gpus_per_learner_actor: float = Field(0.0, ge=0)
     colocate: bool = Field(

@@ -3,14 +3,32 @@
     python -m orchestrator.train --config cpu-tiny-s [--set selection.recipe=ets-release …] [--resume]
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m orchestrator.train …
 
-One step, as data (docs/architecture.md):
-    prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (token
-    selection inside) → rollout.update_weights → metrics (→ checkpoint)
+One step, as data (``rl_step``):
+    prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (π_old / π_ref
+    and token selection inside, one call per rank) → rollout.update_weights → metrics (→ checkpoint)
 """
 
+# ruff: noqa: E402  (the heavy imports follow the early --help on purpose)
 from __future__ import annotations
 
 import argparse
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m orchestrator.train", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", required=True, help="preset name (e.g. cpu-tiny-s) or YAML file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config field, e.g. --set selection.recipe=ets-release (repeatable)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
+    return parser
+
+
+# `--help` and usage errors answer here, before the imports below load Ray, torch, transformers,
+# DeepSpeed and vLLM (seconds each); main() parses again.
+if __name__ == "__main__":
+    _parser().parse_args()
+
 import logging
 import sys
 import time
@@ -36,7 +54,7 @@ from workers.learner.batch import TrainBatch
 from workers.learner.group import LearnerGroup
 from workers.reward.actor import RewardWorker
 from workers.rollout.actor import RolloutGroup
-from workers.weight_broadcast import choose_backend
+from workers.weights.broadcast import choose_backend
 
 logger = logging.getLogger("orchestrator.train")
 
@@ -79,7 +97,7 @@ class _Workers:
 
     def connect_weight_sync(self) -> None:
         """For the collective route: learner rank 0 (rank 0) and every vLLM worker (ranks 1..) join one process
-        group — NCCL when each sits on a GPU of its own, gloo otherwise (see workers/weight_broadcast.py)."""
+        group — NCCL when each sits on a GPU of its own, gloo otherwise (see workers/weights/broadcast.py)."""
         host, port = self.learners.weight_sync_address()
         devices = [self.learners.weight_sync_device(), *self.rollout.weight_sync_devices()]
         backend = choose_backend(devices)
@@ -122,7 +140,8 @@ def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) 
     if placement_group is not None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group, 0)
+        reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement_group, bundle_index(config, "reward", 0))
     reward = ray.remote(RewardWorker).options(**reward_options).remote(config.reward)
     workers = _Workers(rollout=rollout, learners=learners, reward=reward, weight_sync=rollout.weight_sync_route(),
                        bucket_bytes=config.rollout.weight_sync_bucket_bytes)
@@ -198,24 +217,7 @@ def train(
         batch: TrainBatch | None = None
         for step in range(start_step + 1, config.training.steps + 1):
             step_started = time.perf_counter()
-            rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
-                                                       next_group_id)
-            if rollouts.num_groups:
-                batch = TrainBatch.from_lists(
-                    [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples],
-                    advantages_of(rollouts, config), rollouts.group_ids, pad_id=_pad_id(tokenizer),
-                    old_logp=[s.response_logprobs for s in rollouts.samples],
-                )
-                if _needs_old_logp(config):
-                    sampled_logp = batch.old_logp
-                    batch = workers.learners.compute_reference_stats(batch)
-                    # vLLM and the learner must agree on π_old: a drift here means a broken weight sync.
-                    metrics["rollout/logprob_diff"] = float(
-                        ((sampled_logp - batch.old_logp).abs() * batch.response_mask).sum() / batch.response_mask.sum())
-                else:
-                    batch = batch.replace(old_logp=None)  # on-policy: the learner's first forward is π_old
-                metrics.update(workers.learners.train_step(batch, step))
-                metrics["time/sync"] = workers.sync_weights()
+            metrics, next_group_id, batch = rl_step(step, config, workers, sampler, tokenizer, next_group_id, batch)
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
                 metrics.update(run_eval())
             metrics["reward/failures_total"] = float(workers.reward_failures)
@@ -223,7 +225,7 @@ def train(
             tracker.log_step(step, metrics)
             history.append(metrics)
             if step % config.training.log_interval == 0:
-                logger.info("step %d/%d | %s", step, config.training.steps, _fmt(metrics))
+                logger.info("%s step %d/%d | %s", config.name, step, config.training.steps, _fmt(metrics))
 
             saved = None
             if config.checkpoint.interval and step % config.checkpoint.interval == 0:
@@ -251,6 +253,25 @@ def train(
         tracker.finish(status)
 
 
+def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, tokenizer,
+            next_group_id: int, last_batch: TrainBatch | None) -> tuple[dict[str, float], int, TrainBatch | None]:
+    """One GRPO-style step: collect → rewards → advantages → batch → learner update → weight sync → metrics.
+
+    Returns the step's metrics, the next group id and the batch trained on (the previous one when every
+    group was dropped by dynamic sampling and nothing was trained)."""
+    rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
+                                               next_group_id)  # rollouts and their rewards
+    if not rollouts.num_groups:
+        return metrics, next_group_id, last_batch
+    advantages = advantages_of(rollouts, config)
+    batch = TrainBatch.from_lists(
+        [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples], advantages,
+        rollouts.group_ids, pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in rollouts.samples])
+    metrics.update(workers.learners.train_step(batch, step))
+    metrics["time/sync"] = workers.sync_weights()
+    return metrics, next_group_id, batch
+
+
 def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIMEOUT_S):
     bundles = run_bundles(config)
     group = ray.util.placement_group(bundles, strategy="PACK")
@@ -274,16 +295,6 @@ def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, s
     return folder
 
 
-def _needs_old_logp(config: ExperimentConfig) -> bool:
-    """π_old (and π_ref) need their own forward pass only when the update is not one on-policy
-    step: with one epoch over one mini-batch, π_old = π at the first forward and the learner takes
-    it from there (no extra pass), unless KL needs π_ref."""
-    learner = config.learner
-    steps_per_update = learner.ppo_epochs * max(1, config.data.prompts_per_step * config.rollout.n_samples
-                                                // learner.mini_batch_size)
-    return config.algorithm.loss.kl_coef > 0 or steps_per_update > 1
-
-
 def _pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
@@ -294,13 +305,7 @@ def _fmt(metrics: dict[str, float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.train", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", required=True, help="preset name (e.g. cpu-tiny-s) or YAML file")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a config field, e.g. --set selection.recipe=ets-release (repeatable)")
-    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load_experiment(args.config, args.overrides)

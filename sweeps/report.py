@@ -7,16 +7,34 @@ The artifacts go to the parent run under ``ablation/``: ablation.csv (long, nume
 .json (the numbers of ``ablation_results``) and the PNG plots.
 """
 
+# ruff: noqa: E402  (the heavy imports follow the early --help on purpose)
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="sweep id, spec name (newest sweep) or parent run id")
+    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or runs/mlflow.db)")
+    parser.add_argument("--metric", default="accuracy", help="eval metric of the table: accuracy, pass@k, …")
+    parser.add_argument("--out-dir", type=Path, help="keep the report files here (default: a temporary folder)")
+    parser.add_argument("--no-upload", action="store_true", help="do not log the files on the parent run")
+    return parser
+
+
+# `--help` and usage errors answer here, before the imports below load MLflow, matplotlib and
+# scipy (seconds each); main() parses again.
+if __name__ == "__main__":
+    _parser().parse_args()
+
 import logging
 import os
 import sys
 import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from mlflow import MlflowClient
 from mlflow.entities import Run
@@ -24,10 +42,11 @@ from pydantic import BaseModel, ValidationError, model_validator
 from rich.console import Console
 
 from sweeps import plots
-from sweeps.ablation import GMTS_METHODS, AblationResults, ablation
+from sweeps.ablation import AblationResults, ablation
 from sweeps.results import SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
 from sweeps.table_views import LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_rich, wide_tables
 from sweeps.tracking import default_tracking_uri
+from workers.learner.recipes import is_gmts_like
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +147,7 @@ def learning_curves(client: MlflowClient, runs: SweepRuns) -> list[plots.Curve]:
 
 def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]) -> list[Path]:
     # Prefer a GMTS trial's batch (the paper's figure); any trial's batch shows the same relation.
-    for trial in sorted(runs.trials, key=lambda t: t.point.method not in GMTS_METHODS):
+    for trial in sorted(runs.trials, key=lambda t: not is_gmts_like(t.point.method)):
         listed = {a.path for a in client.list_artifacts(trial.run_id, TOKEN_STATS_ARTIFACT.rsplit("/", 1)[0])}
         if TOKEN_STATS_ARTIFACT not in listed:
             continue
@@ -196,13 +215,7 @@ def print_report(report: Report, tracking_uri: str, console: Console, metric: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sweeps.report", description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", help="sweep id, spec name (newest sweep) or parent run id")
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI or runs/mlflow.db)")
-    parser.add_argument("--metric", default="accuracy", help="eval metric of the table: accuracy, pass@k, …")
-    parser.add_argument("--out-dir", type=Path, help="keep the report files here (default: a temporary folder)")
-    parser.add_argument("--no-upload", action="store_true", help="do not log the files on the parent run")
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     tracking_uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or default_tracking_uri(Path("runs"))

@@ -9,14 +9,37 @@ the spec (``--set max_concurrent_trials=2``, ``--set base.overrides.training.ste
 2 when the spec is invalid (nothing was started), 3 when interrupted (Ctrl-C) with trials unfinished.
 """
 
+# ruff: noqa: E402  (the heavy imports follow the early --help on purpose)
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.run", description=__doc__.splitlines()[0])
+    parser.add_argument("spec", help="shipped spec name or YAML path")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field")
+    parser.add_argument(
+        "--resume", nargs="?", const=True, default=False, metavar="SWEEP_ID",
+        help="continue the newest interrupted sweep of SPEC (or SWEEP_ID): only unfinished trials rerun",
+    )
+    parser.add_argument("--output-dir", type=Path, default=Path("runs"), help="sweep folders and the default MLflow store")
+    parser.add_argument("--sweep-id", help="id of the new sweep (folders, gmts.sweep_id tag, parent run name); "
+                        "default <spec name>-<UTC time>. The API passes its own sw-… id")
+    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
+    return parser
+
+
+# `--help` and usage errors answer here, before the imports below load Ray Tune, MLflow and torch
+# (through the experiment config), seconds each; main() parses again.
+if __name__ == "__main__":
+    _parser().parse_args()
+
 import logging
 import os
 import shlex
 import sys
-from pathlib import Path
 
 from mlflow import MlflowClient
 from rich.console import Console
@@ -78,21 +101,6 @@ def _print_plan(prepared: PreparedSweep, console: Console) -> None:
         table.add_row(trial.name, *(str(trial.point.get(axis, "—")) for axis in axes))
     console.print(table)
     console.print(f"MLflow: {prepared.record.tracking_uri}   files: {prepared.layout.sweep_dir}", highlight=False)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sweeps.run", description=__doc__.splitlines()[0])
-    parser.add_argument("spec", help="shipped spec name or YAML path")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a spec field")
-    parser.add_argument(
-        "--resume", nargs="?", const=True, default=False, metavar="SWEEP_ID",
-        help="continue the newest interrupted sweep of SPEC (or SWEEP_ID): only unfinished trials rerun",
-    )
-    parser.add_argument("--output-dir", type=Path, default=Path("runs"), help="sweep folders and the default MLflow store")
-    parser.add_argument("--sweep-id", help="id of the new sweep (folders, gmts.sweep_id tag, parent run name); "
-                        "default <spec name>-<UTC time>. The API passes its own sw-… id")
-    parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
-    return parser
 
 
 if __name__ == "__main__":

@@ -168,7 +168,8 @@ def check_capacity(trials: list[Trial], *, embedded: bool) -> None:
         detail = ", ".join(f"{r}: needs {a:g}, cluster has {h:g}" for r, (a, h) in short.items())
         message = (
             f"trial {trial.name} ({trial_name(trial.point)}): its placement group does not fit the cluster "
-            f"({detail}); lower resources.cpus_per_rollout_actor / cpus_per_learner_actor (or the GPU fields), "
+            f"({detail}); lower resources.cpus_per_rollout_actor / cpus_per_learner_actor / "
+            f"cpus_per_reward_worker (or the GPU fields), "
             f"rollout.num_actors or learner.num_actors"
         )
         if embedded:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError, apply_overrides, read_config_dict, validate
 from workers.learner.recipes import RECIPES, recipe_fields
-from workers.learner.selection import DENOMINATORS, SelectionMethod, SelectionScope
+from workers.learner.selection import DENOMINATORS, SELECTION_METHODS, SelectionScope
 
 SPEC_PACKAGE = "sweeps.specs"
 
@@ -115,7 +115,7 @@ class GridAxes(_Strict):
     @field_validator("method")
     @classmethod
     def _known_methods(cls, methods: list[str] | None) -> list[str] | None:
-        known = list(SelectionMethod.__args__) + sorted(RECIPES)
+        known = list(SELECTION_METHODS) + sorted(RECIPES)
         for index, method in enumerate(methods or []):
             if method not in known:
                 raise ValueError(f"method[{index}]={method!r} is neither a method nor a recipe; known: {known}")

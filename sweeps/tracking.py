@@ -11,13 +11,13 @@ import os
 import subprocess
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlflow import MlflowClient
 from mlflow.entities import Param, Run, RunStatus, RunTag
 
-from orchestrator.config import UnfindableStore, default_store_uri
-from orchestrator.config_loader import ConfigError
-from sweeps.spec import SweepSpec
+if TYPE_CHECKING:  # the spec pulls in the experiment config (torch): sweeps.report reads runs without it
+    from sweeps.spec import SweepSpec
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,10 @@ def resolve_tracking_uri(spec: SweepSpec, output_dir: Path) -> str:
         return spec.tracking_uri
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
+    # Imported here: the experiment config pulls in torch, and sweeps.report imports this module without it.
+    from orchestrator.config import UnfindableStore, default_store_uri
+    from orchestrator.config_loader import ConfigError
+
     try:  # not inside Ray's temporary working-dir copy of a `ray job submit` (orchestrator/config.py)
         return default_store_uri(Path(output_dir), "tracking_uri", "--output-dir")
     except UnfindableStore as exc:

@@ -43,10 +43,8 @@ def run_trial(tune_config: dict[str, Any], *, configs: dict[str, dict[str, Any]]
     if marker is not None:
         with marker.as_directory() as folder:
             logger.info("%s: restarted by Tune after step %s", config.name, _marker_step(Path(folder)))
-    total = config.training.steps
 
-    def on_step(report) -> None:  # report: orchestrator.train.StepReport
-        logger.info("%s: step %d/%d %s", config.name, report.step, total, _short(report.metrics))
+    def on_step(report) -> None:  # report: orchestrator.train.StepReport (train logs the step's line)
         metrics = {**report.metrics, STEP_KEY: report.step, FINAL_KEY: 0}
         if report.checkpoint_dir is None:
             tune.report(metrics)

@@ -14,7 +14,7 @@ from typing import Any
 from ray import tune
 
 from sweeps.layout import SweepLayout
-from sweeps.spec import SweepSpec, Trial
+from sweeps.spec import SweepSpec, Trial, trial_name
 from sweeps.trainable import run_trial, trial_resources
 
 TRIAL_KEY = "trial"
@@ -30,7 +30,8 @@ def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tu
     return tune.Tuner(
         trainable(configs),
         param_space={TRIAL_KEY: tune.grid_search([trial.name for trial in trials])},
-        tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent_trials),
+        tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent_trials,
+                                    trial_name_creator=functools.partial(_status_name, _labels(trials))),
         run_config=tune.RunConfig(
             name=layout.sweep_id,
             storage_path=str(layout.tune_storage),
@@ -51,6 +52,15 @@ def restore_tuner(trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
     return tune.Tuner.restore(
         str(layout.tune_dir), trainable(_configs(trials)), resume_unfinished=True, resume_errored=True
     )
+
+
+def _labels(trials: list[Trial]) -> dict[str, str]:
+    return {trial.name: f"{trial.name} {trial_name(trial.point)}" for trial in trials}
+
+
+def _status_name(labels: dict[str, str], trial: Any) -> str:
+    """Tune's status table names a trial by its grid point (method or recipe, ratio, …), not only ``t000``."""
+    return labels.get(trial.config.get(TRIAL_KEY), str(trial))
 
 
 def _configs(trials: list[Trial]) -> dict[str, dict[str, Any]]:

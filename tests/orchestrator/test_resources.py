@@ -30,6 +30,20 @@ def test_colocated_pairs_share_one_bundle_and_one_gpu():
         assert bundle_index(config, "rollout", rank) == bundle_index(config, "learner", rank) == 1 + rank
 
 
+@pytest.mark.parametrize("colocate", ["false", "true"])
+def test_a_reward_worker_with_cpus_gets_the_last_bundle_and_none_by_default(colocate):
+    default = _config(f"resources.colocate={colocate}")
+    assert bundle_index(default, "reward", 0) == 0 and {"CPU": 0.01} == run_bundles(default)[0]
+    actor_bundles = 1 if colocate == "true" else 2  # (engine, learner) pair, or one each
+    assert len(run_bundles(default)) == 1 + actor_bundles  # no bundle of its own
+
+    config = _config(f"resources.colocate={colocate}", "resources.cpus_per_reward_worker=0.5")
+    bundles = run_bundles(config)
+    # Tune hands bundle 0 whole to the trial's function: the reward actor's CPUs must be elsewhere.
+    assert bundles[:-1] == run_bundles(default) and bundles[-1] == {"CPU": 0.5}
+    assert bundle_index(config, "reward", 0) == len(bundles) - 1
+
+
 @pytest.mark.parametrize("overrides,message", [
     (("rollout.num_actors=2",), "rollout.num_actors (2) must equal learner.num_actors (1)"),
     (("rollout.tensor_parallel_size=2",), "tensor_parallel_size > 1"),

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS, CHECKPOINT_EVERY = 6, 2
-LEARNER_PROCESS = "ray::LearnerActor"
+LEARNER_PROCESS = "ray::LearnerEngine"  # LearnerActor = ray.remote(LearnerEngine)
 PRESET = {
     "extends": "cpu-tiny-s",
     "warmup": {"enabled": False},  # the plumbing is under test, not learning: skip the supervised warm-up

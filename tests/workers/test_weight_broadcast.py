@@ -7,7 +7,7 @@ import socket
 import pytest
 import torch
 
-from workers.weight_broadcast import choose_backend, join_group, plan_buckets, receive_weights, send_weights
+from workers.weights.broadcast import choose_backend, join_group, plan_buckets, receive_weights, send_weights
 
 
 def free_port() -> int:

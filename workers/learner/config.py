@@ -5,7 +5,7 @@ Batch sizes count sequences (one rollout = one sequence):
 - ``micro_batch_size``: sequences per forward/backward pass on one rank (gradient accumulation
   runs mini_batch_size / (num_actors · micro_batch_size) of them per step).
 - ``max_tokens_per_micro_batch`` (optional): form the training micro-batches by a token budget instead
-  (``batch.TrainBatch.pack_by_tokens``, like verl's ``use_dynamic_bsz``).
+  (``schedule.pack_by_tokens``, like verl's ``use_dynamic_bsz``).
 Micro- and mini-batches hold whole prompt groups (see ``batch.TrainBatch.split``).
 """
 

@@ -3,9 +3,9 @@
 One RL update, per rank (``train_step``):
 
     for epoch in ppo_epochs:
-        shuffle the prompt groups, pack them into mini-batches          (TrainBatch.split)
+        shuffle the prompt groups, pack them into mini-batches          (schedule.split_groups)
         for mini-batch: for micro-batch:
-            ONE forward  → logits at the response positions only         (batch.response_logits)
+            ONE forward  → logits at the response positions only         (forward.response_logits)
                          → logp (with grad), entropy, G                   (token_stats_from_logits)
             select_tokens(...)                                            (selection.py)
               (scope mini_batch/global with several micro-batches: selected beforehand, see below)
@@ -19,9 +19,12 @@ needs every token's score before the first backward, so the learner then runs on
 per micro-batch first (``schedule.needs_scoring_pass``; the weights do not change inside a step,
 so the scores are those the training forward would compute). That pass costs about one forward of
 the mini-batch (time/selection_scoring_s; benchmarks/selection_step.py measures it). ``old_logp`` (π_old) must come with the
-batch — from :meth:`LearnerEngine.compute_reference_stats` or the rollout's sampling logprobs —
-except in the strictly on-policy case (one epoch, one mini-batch), where π_old = π exactly and the
-current logp (detached) is used.
+batch or is computed by ``train_step`` itself on this rank's shard when the schedule or KL needs it
+(``schedule.needs_reference_pass``: several epochs or mini-batches, or ``kl_coef > 0`` for π_ref);
+in the strictly on-policy case (one epoch, one mini-batch) π_old = π exactly and the current logp
+(detached) is used. When the batch carries the rollout's sampling logprobs, the learner-side pass
+also reports their agreement with its own π_old (``rollout/logprob_diff``: a drift means a broken
+weight sync).
 
 Loss scale under gradient accumulation. Each micro-batch loss from ``ppo_clip_loss`` is its own
 aggregate (a mean over its tokens or sequences). Before backward it is multiplied by
@@ -47,9 +50,11 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import deepspeed
@@ -58,20 +63,44 @@ import torch.distributed as dist
 from torch import nn
 from transformers import AutoModelForCausalLM
 
-from workers.learner.batch import ResponseIndex, TrainBatch, response_logits
+from workers.learner.batch import ResponseIndex, TrainBatch
+from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
-from workers.learner.schedule import loss_units, needs_scoring_pass, row_spans, stack_rows
-from workers.learner.selection import Selection, SelectionConfig, select_tokens
+from workers.weights.object_store import HostWeights
+from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pass, needs_scoring_pass, pack_by_tokens,
+                                      row_spans, schedule_units, split_groups, stack_rows)
+from workers.learner.selection import SELECTION_METHODS, Selection, SelectionConfig, select_tokens
 from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
-from workers.weight_broadcast import WeightBroadcastGroup, send_weights
+from workers.weights.broadcast import WeightBroadcastGroup, join_group, local_device_key, send_weights
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_TAG = "learner"
 MINI_BATCH_LOSSES = ("loss/total", "loss/pg")  # reported as the mini-batch aggregate, see train_step
 CLIENT_STATE_KEY = "learner_client_state"
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Where a Ray learner rank joins its group: set when the engine runs as ``LearnerActor``."""
+
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    threads: int  # torch intra-op threads: the CPU is shared with the rollout and reward actors
+
+
+def free_address() -> tuple[str, int]:
+    """This node's address and a free port on it (a rank 0 MASTER_ADDR/MASTER_PORT, or a weight-sync store)."""
+    import ray  # only actors need Ray; the engine and its tests do not
+
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int = 0) -> None:
@@ -105,7 +134,17 @@ class LearnerEngine:
         temperature: float = 1.0,
         use_reference: bool = False,
         process_group: dist.ProcessGroup | None = None,
+        rendezvous: Rendezvous | None = None,
     ):
+        """``rendezvous``: join the learners' process group first (a collective: every rank's
+        constructor runs at once); without it the caller has initialised torch.distributed."""
+        if rendezvous is not None:
+            # Ray sets OMP_NUM_THREADS=1 for one-CPU actors; be explicit either way (contention costs 3–40×).
+            torch.set_num_threads(rendezvous.threads)
+            if torch.cuda.is_available():
+                torch.cuda.set_device(0)  # Ray gives each GPU actor its own CUDA_VISIBLE_DEVICES
+            init_process_group(rendezvous.rank, rendezvous.world_size, rendezvous.master_addr,
+                               rendezvous.master_port, local_rank=0)
         if loss.kl_coef > 0 and not use_reference:
             raise ValueError(f"kl_coef={loss.kl_coef} needs the reference policy: set use_reference=True")
         if temperature <= 0:
@@ -116,9 +155,10 @@ class LearnerEngine:
         self.temperature = temperature
         self.process_group = process_group
         self.world_size, self.rank = dist.get_world_size(process_group), dist.get_rank(process_group)
-        self.with_grad_norm = selection.method == "gmts_exact" or learner.gradient_norm_stats
+        self.with_grad_norm = SELECTION_METHODS[selection.method].needs_grad_norm or learner.gradient_norm_stats
         self._last_grad_norm: float | None = None
         self._warned_group_split = False
+        self.weight_group: WeightBroadcastGroup | None = None  # rank 0, collective weight sync only
 
         started = time.perf_counter()
         dtype = torch.bfloat16 if learner.bf16 else torch.float32
@@ -126,7 +166,7 @@ class LearnerEngine:
         self.model.config.use_cache = False
         if learner.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        # A torch optimiser: a DeepSpeed Adam in the config would JIT-build fused_adam (RECIPES.md).
+        # A torch optimiser: a DeepSpeed Adam in the config would JIT-build fused_adam (needs a compiler toolchain).
         optimizer = torch.optim.AdamW(self.model.parameters(), lr=learner.lr, betas=learner.betas,
                                       weight_decay=learner.weight_decay)
         warmup = learner.lr_warmup_steps
@@ -220,25 +260,8 @@ class LearnerEngine:
             self.engine.train()
         return answers
 
-    @torch.no_grad()
-    def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
-                          temperature: float | None = None) -> list[float]:
-        """log π(response token j | prompt, earlier tokens) for each response token, current weights.
-
-        ``temperature`` defaults to the sampling temperature (vLLM's ``processed_logprobs``); pass 1.0
-        to compare with raw logprobs. A collective under ZeRO-3: every rank must call it.
-        """
-        batch = TrainBatch.from_lists([prompt_ids], [response_ids], [0.0], [0], pad_id=0).to(self.device)
-        index = batch.response_index()  # computed from on-device tensors, so already on the device
-        self.engine.eval()
-        try:
-            logits = self.engine(batch.input_ids, batch.attention_mask, index.rows, index.positions)
-        finally:
-            self.engine.train()
-        return self._flat_logp(logits, index, temperature).tolist()
-
-    def _flat_logp(self, logits: torch.Tensor, index: ResponseIndex, temperature: float | None = None) -> torch.Tensor:
-        stats = token_stats_from_logits(logits[None], index.tokens[None], temperature or self.temperature)
+    def _flat_logp(self, logits: torch.Tensor, index: ResponseIndex) -> torch.Tensor:
+        stats = token_stats_from_logits(logits[None], index.tokens[None], self.temperature)
         return stats.logp[0].float()
 
     # ------------------------------------------------------------------------------------ training
@@ -249,22 +272,17 @@ class LearnerEngine:
         started = time.perf_counter()
         batch = batch.to("cpu")  # scheduling on the CPU; micro-batches go to the device one at a time
         cfg = self.learner
+        batch, agreement = self._with_reference_stats(batch)
         loss_config = self._loss_config_for(batch)
-        if self.loss.kl_coef > 0 and batch.ref_logp is None:
-            raise ValueError("kl_coef > 0 needs batch.ref_logp: call compute_reference_stats(batch) first")
         self._warn_if_groups_are_cut(batch)
         timings: dict[str, float] = defaultdict(float)
+        timings["reference_pass"] = time.perf_counter() - started
         records: list[dict[str, float]] = []
         optimizer_records: list[dict[str, float]] = []
         tokens: dict[str, int] = defaultdict(int)
         for epoch in range(cfg.ppo_epochs):
             shuffle = torch.Generator().manual_seed(_mix_seed(cfg.seed, step, epoch))
-            minis = batch.split(cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
-            if batch.old_logp is None and (cfg.ppo_epochs > 1 or len(minis) > 1):
-                raise ValueError(
-                    "batch.old_logp is missing: with several epochs or mini-batches π_old ≠ π after the first "
-                    "optimiser step; call compute_reference_stats(batch) or pass the sampling logprobs"
-                )
+            minis = split_groups(batch, cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
             schedule = self._micro_batches(minis)
             unit_totals = self._global_unit_totals(schedule, loss_config)
             for micro in (m for micros in schedule for m in micros):
@@ -276,7 +294,7 @@ class LearnerEngine:
                 selections, pg_total = self._select_before_backward(micros, loss_config, seeds, timings)
                 for micro_index, micro in enumerate(micros):
                     self.engine.set_gradient_accumulation_boundary(micro_index == len(micros) - 1)
-                    scale = loss_units(micro.response_mask, loss_config.loss_agg) / unit_totals[mini_index]
+                    scale = loss_scale(micro.response_mask, loss_config.loss_agg, unit_totals[mini_index])
                     selection_rng = torch.Generator().manual_seed(
                         _mix_seed(self.selection.seed, *seeds, micro_index, self.rank))
                     # The tie-break order must be one draw on every rank (global scopes rank one population).
@@ -291,6 +309,7 @@ class LearnerEngine:
                 optimizer_records.append({**self._optimizer_record(), **aggregate})
         metrics = _mean_metrics(records)
         metrics.update(_mean_metrics(optimizer_records))
+        metrics.update(agreement)
         metrics["optim/steps"] = float(len(optimizer_records))
         metrics["learner/micro_batches"] = float(len(records))
         metrics["learner/padding_fraction"] = 1.0 - tokens["real"] / max(tokens["padded"], 1)
@@ -298,18 +317,32 @@ class LearnerEngine:
         metrics["time/train_step_s"] = time.perf_counter() - started
         return metrics
 
+    def _with_reference_stats(self, batch: TrainBatch) -> tuple[TrainBatch, dict[str, float]]:
+        """The batch with π_old (and π_ref) from this rank's own no-grad pass when the schedule or KL needs
+        them and the batch does not carry them; plus, when it carries the rollout's sampling logprobs, their
+        mean absolute difference to the learner's π_old over the response tokens."""
+        needs = needs_reference_pass(self.learner, batch.batch_size, self.loss.kl_coef)
+        if not needs or (batch.old_logp is not None and (self.reference is None or batch.ref_logp is not None)):
+            return batch, {}
+        batch = self.compute_reference_stats(batch)
+        if batch.sampling_logp is None:
+            return batch, {}
+        mask = batch.response_mask
+        diff = float(((batch.sampling_logp - batch.old_logp).abs() * mask).sum() / mask.sum().clamp(min=1))
+        return batch, {"rollout/logprob_diff": diff}
+
     def _micro_batches(self, minis: list[TrainBatch]) -> list[list[TrainBatch]]:
         """Each mini-batch's micro-batches: ``micro_batch_size`` rows, or packed by the token budget — then
         as many per mini-batch on every rank as the busiest rank needs (forwards can be collectives)."""
         cfg = self.learner
         if cfg.max_tokens_per_micro_batch is None:
-            return [mini.split(cfg.micro_batch_size) for mini in minis]
+            return [split_groups(mini, cfg.micro_batch_size) for mini in minis]
         budget = cfg.max_tokens_per_micro_batch
-        counts = [len(mini.pack_by_tokens(budget)) for mini in minis]
+        counts = [len(pack_by_tokens(mini, budget)) for mini in minis]
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, counts, group=self.process_group)
         needed = [max(rank_counts[i] for rank_counts in gathered) for i in range(len(minis))]
-        return [mini.pack_by_tokens(budget, min_pieces=n) for mini, n in zip(minis, needed)]
+        return [pack_by_tokens(mini, budget, min_pieces=n) for mini, n in zip(minis, needed)]
 
     def _select_before_backward(self, micros: list[TrainBatch], loss_config: PolicyLossConfig,
                                 seeds: tuple[int, ...], timings: dict[str, float]
@@ -463,19 +496,39 @@ class LearnerEngine:
     def _global_unit_totals(self, schedule: list[list[TrainBatch]], loss_config: PolicyLossConfig) -> list[float]:
         """U per mini-batch summed over ranks; also checks that every rank runs the same schedule
         (a rank with one micro-batch more would wait forever in a collective)."""
-        shape = [len(micros) for micros in schedule]
-        units = [sum(loss_units(m.response_mask, loss_config.loss_agg) for m in micros) for micros in schedule]
+        shape, units = schedule_units(schedule, loss_config.loss_agg)
         gathered: list = [None] * self.world_size
         dist.all_gather_object(gathered, (shape, units), group=self.process_group)
         shapes = [s for s, _ in gathered]
         if any(s != shapes[0] for s in shapes):
             raise ValueError(
                 f"learner ranks would run different micro-batch schedules {shapes} (micro-batches per mini-batch, "
-                "per rank); shard the batch into equal whole-group pieces (TrainBatch.shard)"
+                "per rank); shard the batch into equal whole-group pieces (schedule.shard)"
             )
         return [max(sum(u[i] for _, u in gathered), 1.0) for i in range(len(schedule))]
 
     # ---------------------------------------------------------------------------- weights, checkpoints
+    def weights_for_rollout(self) -> HostWeights:
+        """:meth:`state_dict_for_inference` packed for the object store (empty on ranks other than 0)."""
+        return HostWeights(self.state_dict_for_inference().items())
+
+    def weight_sync_device(self) -> str | None:
+        return local_device_key()
+
+    def join_weight_sync_group(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 only: create the weight-sync group at its own address as rank 0 (the TCPStore master)."""
+        self.weight_group = join_group(host, port, 0, world_size, backend)
+
+    def broadcast_weights(self, bucket_bytes: int) -> int:
+        """Rank 0 broadcasts the full weights to the rollout workers of the weight-sync group (the collective
+        weight sync); returns the bytes sent. Every learner rank must call it (ZeRO-3 gathers first)."""
+        with self._full_weights() as named:
+            if self.rank != 0:
+                return 0
+            if self.weight_group is None:
+                raise RuntimeError("broadcast_weights on rank 0 needs the weight-sync group (join it first)")
+            return send_weights(self.weight_group, named, bucket_bytes)
+
     def state_dict_for_inference(self) -> dict[str, torch.Tensor]:
         """Full weights with HF names (what vLLM's ``reload_weights`` takes) on rank 0; {} elsewhere.
 
@@ -483,16 +536,6 @@ class LearnerEngine:
         """
         with self._full_weights() as named:
             return {name: tensor.detach().to("cpu", copy=True) for name, tensor in named}
-
-    def broadcast_weights(self, group: WeightBroadcastGroup | None, bucket_bytes: int) -> int:
-        """Rank 0 broadcasts the full weights to the rollout workers in ``group`` (the collective weight
-        sync); returns the bytes sent. Every learner rank must call it (ZeRO-3 gathers first)."""
-        with self._full_weights() as named:
-            if self.rank != 0:
-                return 0
-            if group is None:
-                raise RuntimeError("broadcast_weights on rank 0 needs the weight-sync group (join it first)")
-            return send_weights(group, named, bucket_bytes)
 
     @contextmanager
     def _full_weights(self):

@@ -1,9 +1,13 @@
 """N learner actors that train as one data-parallel DeepSpeed group (OpenRLHF-style actor group).
 
-Rendezvous: rank 0 picks a free port on its node and publishes ``(address, port)``; every rank then
-joins the process group with it at once (``init_process_group`` blocks until all have joined).
-Data: a TrainBatch is cut into one equal shard of whole prompt groups per rank; each rank runs the
-same PPO schedule and DeepSpeed averages the gradients, so the update is that of the whole batch.
+Each rank is ``LearnerActor = ray.remote(LearnerEngine)``, as ``RolloutActor = ray.remote(RolloutEngine)``:
+no forwarding layer. Rendezvous: a zero-CPU task on rank 0's node (its placement bundle, else the node
+rank 0 is then pinned to) picks a free port there; every rank's constructor joins the process group
+with it at once (``init_process_group`` blocks until all have joined).
+Data: a TrainBatch is cut into one equal shard of whole prompt groups per rank, and crosses to the
+learners once per step: ``train_step`` computes π_old / π_ref on each shard itself when the schedule
+or KL needs them. Each rank runs the same PPO schedule and DeepSpeed averages the gradients, so the
+update is that of the whole batch.
 Placement: with a placement group, rank r sits in bundle ``bundle_offset + r`` (see
 ``orchestrator.resources``), so a sweep trial's actors stay inside its placement group.
 """
@@ -15,15 +19,18 @@ from pathlib import Path
 
 import ray
 from ray.util.placement_group import PlacementGroup
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
-from workers.learner.actor import LearnerActor
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
+from workers.learner.engine import LearnerEngine, Rendezvous, free_address
 from workers.learner.losses import PolicyLossConfig
+from workers.learner.schedule import shard
 from workers.learner.selection import SelectionConfig
 
 logger = logging.getLogger(__name__)
+
+LearnerActor = ray.remote(LearnerEngine)
 
 
 class LearnerGroup:
@@ -44,24 +51,24 @@ class LearnerGroup:
         """Spawn ``learner.num_actors`` ranks (the config is the one source of the group size: it also
         sets each rank's share of the mini-batch) and build their engines."""
         self.num_actors = learner.num_actors
-        remote_actor = ray.remote(LearnerActor)
-        self.actors = []
-        for rank in range(self.num_actors):
-            strategy = None
-            if placement_group is not None:
-                strategy = PlacementGroupSchedulingStrategy(
-                    placement_group=placement_group, placement_group_bundle_index=bundle_offset + rank)
-            self.actors.append(
-                remote_actor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor,
-                                     scheduling_strategy=strategy, runtime_env=runtime_env)
-                .remote(rank, self.num_actors, learner.threads_per_actor)
-            )
-        master_addr, master_port = ray.get(self.actors[0].rendezvous_address.remote())
-        self.init_seconds = max(ray.get([
-            actor.setup.remote(master_addr, master_port, str(model_dir), learner, loss, selection, temperature,
-                               use_reference)
-            for actor in self.actors
-        ]))
+        strategies = [None] * self.num_actors
+        if placement_group is not None:
+            strategies = [PlacementGroupSchedulingStrategy(placement_group=placement_group,
+                                                           placement_group_bundle_index=bundle_offset + rank)
+                          for rank in range(self.num_actors)]
+        probe = ray.remote(free_address).options(num_cpus=0, scheduling_strategy=strategies[0])
+        master_addr, master_port = ray.get(probe.remote())
+        if placement_group is None:  # rank 0 must listen where the port was found free
+            strategies[0] = NodeAffinitySchedulingStrategy(node_id=_node_of(master_addr), soft=False)
+        self.actors = [
+            LearnerActor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor,
+                                 scheduling_strategy=strategies[rank], runtime_env=runtime_env)
+            .remote(str(model_dir), learner, loss, selection, temperature=temperature, use_reference=use_reference,
+                    rendezvous=Rendezvous(rank, self.num_actors, master_addr, master_port, learner.threads_per_actor))
+            for rank in range(self.num_actors)
+        ]
+        self.init_seconds = max(ray.get([actor.__ray_call__.remote(lambda engine: engine.init_seconds)
+                                         for actor in self.actors]))
         logger.info("learner group of %d ready at %s:%d in %.1f s", self.num_actors, master_addr, master_port,
                     self.init_seconds)
 
@@ -69,15 +76,17 @@ class LearnerGroup:
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])
 
     def _on_shards(self, method: str, batch: TrainBatch, *args) -> list:
-        shards = batch.shard(self.num_actors)
+        shards = shard(batch, self.num_actors)
         return ray.get([getattr(actor, method).remote(shard, *args) for actor, shard in zip(self.actors, shards)])
 
     def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
-        """The batch with ``old_logp``/``ref_logp``, rows in shard order (whole groups, groups in order)."""
+        """The batch with ``old_logp``/``ref_logp``, rows in shard order (whole groups, groups in order).
+        For evaluation's comparisons with the base; the update computes its own in ``train_step``."""
         return TrainBatch.concat(self._on_shards("compute_reference_stats", batch))
 
     def train_step(self, batch: TrainBatch, step: int) -> dict[str, float]:
-        """One update on ``batch``; metrics are the mean over ranks (timings: the slowest rank)."""
+        """One update on ``batch`` (one call per rank, π_old / π_ref computed there when needed); metrics
+        are the mean over ranks (timings: the slowest rank), ``rollout/logprob_diff`` included."""
         per_rank = self._on_shards("train_step", batch, step)
         metrics: dict[str, float] = {}
         for key in sorted(set().union(*per_rank)):
@@ -86,19 +95,19 @@ class LearnerGroup:
         return metrics
 
     def weights_for_rollout(self) -> ray.ObjectRef:
-        """A reference to rank 0's full HF-named weights as :class:`~workers.host_weights.HostWeights`, for
+        """A reference to rank 0's full HF-named weights as :class:`~workers.weights.object_store.HostWeights`, for
         ``RolloutGroup.update_weights``: the engines read them from the object store, never via the driver.
         All ranks take part (ZeRO-3 gathers)."""
         refs = [actor.weights_for_rollout.remote() for actor in self.actors]
         ray.get(refs[1:])  # the other ranks only take part in the ZeRO-3 gather; wait for them, errors included
         return refs[0]
 
-    # ------------------------------------------ collective weight sync (see workers/weight_broadcast.py)
+    # ------------------------------------------ collective weight sync (see workers/weights/broadcast.py)
     # join_weight_sync_group and broadcast_weights return Ray ObjectRefs: they are collectives with the
     # rollout workers, so the caller must ray.get them together with the rollout side's calls.
     def weight_sync_address(self) -> tuple[str, int]:
         """Rank 0's node address and a free port there: where the weight-sync group's store will listen."""
-        return ray.get(self.actors[0].rendezvous_address.remote())
+        return ray.get(self.actors[0].__ray_call__.remote(lambda engine: free_address()))
 
     def weight_sync_device(self) -> str | None:
         return ray.get(self.actors[0].weight_sync_device.remote())
@@ -120,11 +129,11 @@ class LearnerGroup:
         """Per-answer token entropy and G (see LearnerEngine.token_statistics), answers in shard order."""
         return [answer for shard in self._on_shards("token_statistics", batch) for answer in shard]
 
-    def sequence_logprobs(self, prompt_ids: list[int], response_ids: list[int],
-                          temperature: float | None = None) -> list[float]:
-        return self._on_all("sequence_logprobs", prompt_ids, response_ids, temperature)[0]
-
     def shutdown(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+
+
+def _node_of(address: str) -> str:
+    return next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeManagerAddress"] == address)

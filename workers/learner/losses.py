@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-KLEstimator = Literal["k1", "k2", "k3", "low_var_kl"]
-LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+from workers.registry import Registered
+
+
+KL_ESTIMATORS: dict[str, KLTerm] = {}  # filled by register_kl_estimator below (KLTerm: see there)
+# An aggregation maps (response mask [B, T], constant length) to each token's weight in the loss.
+AGGREGATIONS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {}
 
 # low_var_kl is k3 clamped to this range, as in verl; beyond it the gradient is zero.
 LOW_VAR_KL_BOUND = 10.0
@@ -42,8 +45,11 @@ class PolicyLossConfig(BaseModel):
         None, gt=1.0, description="Dual-clip constant c (> 1) bounding the loss of A < 0 tokens; None = off."
     )
     kl_coef: float = Field(0.0, ge=0.0, description="β of the per-token KL(π‖π_ref) penalty; 0 = no KL.")
-    kl_estimator: KLEstimator = "k3"
-    loss_agg: LossAggregation = "token-mean"
+    kl_estimator: Registered(KL_ESTIMATORS, "kl_estimator") = Field(  # type: ignore[valid-type]
+        "k3", description="A registered KL estimator (register_kl_estimator): k1, k2, k3, low_var_kl.")
+    loss_agg: Registered(AGGREGATIONS, "loss_agg") = Field(  # type: ignore[valid-type]
+        "token-mean", description="A registered loss aggregation (register_aggregation): token-mean, "
+        "seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm.")
     loss_agg_norm_length: int | None = Field(
         None, gt=0, description="Constant length for seq-mean-token-sum-norm (Dr. GRPO); None = T of the batch."
     )
@@ -59,7 +65,6 @@ class KLTerm:
     grad_wrt_logp: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-KL_ESTIMATORS: dict[str, KLTerm] = {}
 
 
 def register_kl_estimator(name: str, term: KLTerm) -> None:
@@ -99,7 +104,6 @@ def _kl_term(estimator: str) -> KLTerm:
 
 
 # ------------------------------------------------------------------------------------ aggregation
-AGGREGATIONS: dict[str, Callable[[torch.Tensor, int], torch.Tensor]] = {}
 
 
 def register_aggregation(name: str):
@@ -221,18 +225,6 @@ class PolicyLossOutput:
     approx_kl_old: float  # mean (log π_old − log π), the drift since sampling
 
 
-POLICY_LOSSES: dict[str, Callable[..., PolicyLossOutput]] = {}
-
-
-def register_policy_loss(name: str):
-    def decorator(fn: Callable[..., PolicyLossOutput]):
-        POLICY_LOSSES[name] = fn
-        return fn
-
-    return decorator
-
-
-@register_policy_loss("ppo_clip")
 def ppo_clip_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -293,11 +285,3 @@ def ppo_clip_loss(
             dual_clip_fraction=float((masks.dual_clipped * response_mask).sum() / n),
             approx_kl_old=float(((old_logp - logp.detach()) * response_mask).sum() / n),
         )
-
-
-def policy_loss(name: str, **kwargs) -> PolicyLossOutput:
-    try:
-        fn = POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy loss {name!r}; known: {sorted(POLICY_LOSSES)}") from None
-    return fn(**kwargs)

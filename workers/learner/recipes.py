@@ -73,3 +73,16 @@ def recipe_fields(name: str) -> dict[str, Any]:
         return dict(RECIPES[name].fields)
     except KeyError:
         raise ValueError(f"recipe: unknown recipe {name!r}; known: {sorted(RECIPES)}") from None
+
+
+def selection_method_of(name: str) -> str:
+    """The selection method behind a sweep's method value: a recipe's own method, else the name itself."""
+    return RECIPES[name].fields["method"] if name in RECIPES else name
+
+
+def is_gmts_like(name: str) -> bool:
+    """Whether a method or recipe name scores by |ω| (a GMTS variant), from the method registry."""
+    from workers.learner.selection import SELECTION_METHODS  # recipes are SelectionConfig data: import late
+
+    method = SELECTION_METHODS.get(selection_method_of(name))
+    return method is not None and method.gmts_like

@@ -13,7 +13,11 @@ Scores (``SelectionConfig.method``):
 - ``random``: uniform scores from a seeded generator (a control for "any ρ-subset").
 
 ω_t is :func:`workers.learner.losses.effective_grad_coef` of the loss actually optimised.
-Eligibility: every response token; for the gmts methods, tokens whose score is exactly zero
+Each method is registered (:func:`register_selection_method`) with its facts — what it reads
+(logp, G), whether zero scores leave the population, whether it is a GMTS variant — and the config,
+the engine and the sweeps' reports read those facts from :data:`SELECTION_METHODS` only.
+
+Eligibility: every response token; for the gmts methods (``drops_zero_scores``), tokens whose score is exactly zero
 (A = 0, or on a clipped branch with no KL) carry no policy gradient and are left out of the
 ranking population, as in the released GMTS code — so ρ is a fraction of the tokens that
 *could* move the policy.
@@ -44,6 +48,7 @@ Named settings that reproduce a published convention exactly live in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,10 +57,49 @@ import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from workers.learner.losses import PolicyLossConfig, effective_grad_coef
+from workers.registry import Registered
 
-SelectionMethod = Literal["none", "ets", "gmts", "gmts_exact", "random"]
+
+@dataclass(frozen=True)
+class ScoreInputs:
+    """What a selection method may read, per token [B, T] (``advantages`` broadcast to [B, T])."""
+
+    config: SelectionConfig
+    loss_config: PolicyLossConfig
+    mask: torch.Tensor
+    entropy: torch.Tensor
+    advantages: torch.Tensor
+    logp: torch.Tensor | None
+    old_logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    grad_norm: torch.Tensor | None
+    generator: torch.Generator | None
+
+
+@dataclass(frozen=True)
+class SelectionMethod:
+    """A registered token score and what the rest of the lab needs to know about it."""
+
+    name: str
+    score: Callable[[ScoreInputs], torch.Tensor] | None  # None: keep every response token (no ranking)
+    needs_logp: bool = False  # reads logp / old_logp (and ref_logp under KL): ω of the loss
+    needs_grad_norm: bool = False  # reads G = ‖e_o − p‖ (the learner computes it only then)
+    drops_zero_scores: bool = False  # zero-score tokens leave the ranking population
+    gmts_like: bool = False  # a GMTS variant (H or G times |ω|): reports pair it against ETS
+
+
+SELECTION_METHODS: dict[str, SelectionMethod] = {}
+
+
+def register_selection_method(name: str, **facts: bool):
+    """Register ``score(inputs) -> [B, T]`` as selection method ``name`` with its facts (see SelectionMethod)."""
+    def decorator(score: Callable[[ScoreInputs], torch.Tensor] | None):
+        SELECTION_METHODS[name] = SelectionMethod(name=name, score=score, **facts)
+        return score
+
+    return decorator
+
 SelectionScope = Literal["group", "micro_batch", "mini_batch", "global_micro_batch", "global"]
-GMTS_METHODS = ("gmts", "gmts_exact")
 SCOPES: tuple[str, ...] = SelectionScope.__args__
 # Scopes whose population spans every data-parallel rank, and those spanning a whole optimiser step.
 CROSS_RANK_SCOPES = ("global_micro_batch", "global")
@@ -80,7 +124,9 @@ class SelectionConfig(BaseModel):
         "gmts-release, gmts-paper) that fixes method, scope, rule, apply_to and omega_aggregation_weight; "
         "None = set them yourself."
     )
-    method: SelectionMethod = "none"
+    method: Registered(SELECTION_METHODS, "selection method") = Field(  # type: ignore[valid-type]
+        "none", description="A registered selection method (register_selection_method): none, ets, gmts, "
+        "gmts_exact, random.")
     ratio: float | None = Field(
         None, gt=0.0, le=1.0, description="ρ: fraction of eligible tokens kept; required unless method is 'none'."
     )
@@ -228,12 +274,21 @@ def select_tokens(
                   ref_logp=ref_logp, grad_norm=grad_norm)
     loss_config = loss_config or PolicyLossConfig()
 
-    if config.method == "none":
+    method = SELECTION_METHODS[config.method]
+    if method.score is None:
         return Selection(mask=mask.clone(), scores=mask.float(), eligible=mask.clone())
 
-    scores = _scores(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp, grad_norm, generator)
+    if method.needs_logp:
+        if logp is None or old_logp is None:
+            raise ValueError(f"method {config.method!r} needs logp and old_logp (ω uses the ratio π/π_old)")
+        if loss_config.kl_coef > 0 and ref_logp is None:
+            raise ValueError(f"method {config.method!r} with kl_coef > 0 needs ref_logp (ω includes the KL term)")
+    if method.needs_grad_norm and grad_norm is None:
+        raise ValueError(f"method {config.method!r} needs grad_norm (token_stats_from_logits(..., with_grad_norm=True))")
+    scores = method.score(ScoreInputs(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp,
+                                      grad_norm, generator))
     scores = torch.where(mask, scores.float(), torch.zeros_like(scores, dtype=torch.float32))
-    eligible = mask & (scores > 0) if config.method in GMTS_METHODS else mask.clone()
+    eligible = mask & (scores > 0) if method.drops_zero_scores else mask.clone()
 
     positions = eligible.flatten().nonzero().squeeze(-1)
     flat_scores = scores.flatten()[positions]
@@ -253,27 +308,43 @@ def select_tokens(
     return Selection(mask=selected.view_as(mask), scores=scores, eligible=eligible)
 
 
-def _scores(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp, grad_norm, generator):
-    if config.method == "ets":
-        return entropy.detach()
-    if config.method == "random":
-        if generator is None:
-            generator = torch.Generator().manual_seed(config.seed)
-        return torch.rand(mask.shape, generator=generator).to(mask.device)
-    # gmts / gmts_exact
-    if logp is None or old_logp is None:
-        raise ValueError(f"method {config.method!r} needs logp and old_logp (ω uses the ratio π/π_old)")
-    if loss_config.kl_coef > 0 and ref_logp is None:
-        raise ValueError(f"method {config.method!r} with kl_coef > 0 needs ref_logp (ω includes the KL term)")
-    omega = effective_grad_coef(
-        logp.detach(), old_logp, advantages, mask.float(), loss_config, ref_logp,
-        include_aggregation_weight=config.omega_aggregation_weight,
-    )
-    if config.method == "gmts":
-        return entropy.detach() * omega.abs()
-    if grad_norm is None:
-        raise ValueError("method 'gmts_exact' needs grad_norm (token_stats_from_logits(..., with_grad_norm=True))")
-    return grad_norm.detach() * omega.abs()
+register_selection_method("none")(None)  # the full-token baseline: every response token kept
+
+
+@register_selection_method("ets")
+def entropy_scores(x: ScoreInputs) -> torch.Tensor:
+    """H_t, the token entropy (the "80/20" paper)."""
+    return x.entropy.detach()
+
+
+@register_selection_method("random")
+def random_scores(x: ScoreInputs) -> torch.Tensor:
+    """Uniform scores from a seeded generator: the "any ρ-subset" control."""
+    generator = x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed)
+    return torch.rand(x.mask.shape, generator=generator).to(x.mask.device)
+
+
+def _abs_omega(x: ScoreInputs) -> torch.Tensor:
+    omega = effective_grad_coef(x.logp.detach(), x.old_logp, x.advantages, x.mask.float(), x.loss_config, x.ref_logp,
+                                include_aggregation_weight=x.config.omega_aggregation_weight)
+    return omega.abs()
+
+
+@register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True)
+def gmts_scores(x: ScoreInputs) -> torch.Tensor:
+    """H_t · |ω_t| (the GMTS paper)."""
+    return x.entropy.detach() * _abs_omega(x)
+
+
+@register_selection_method("gmts_exact", needs_logp=True, needs_grad_norm=True, drops_zero_scores=True,
+                           gmts_like=True)
+def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
+    """G_t · |ω_t|: the ℓ2 norm of the token's loss gradient w.r.t. its logits."""
+    return x.grad_norm.detach() * _abs_omega(x)
+
+
+# Defined once, from the registry: every method that scores by |ω| (reports pair them against ETS).
+GMTS_METHODS = tuple(name for name, method in SELECTION_METHODS.items() if method.gmts_like)
 
 
 def keep_count(n: torch.Tensor, ratio: float) -> torch.Tensor:

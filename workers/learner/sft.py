@@ -2,8 +2,8 @@
 
 GRPO learns only from groups whose rewards differ; a randomly initialised tiny model answers
 nothing right, so every group has zero advantage. A short cross-entropy fit on (prompt, answer)
-pairs gives it a base policy with reward variance (RECIPES.md: tiny Qwen2 on 2-digit addition
-reaches 15–50 % greedy accuracy in 75–115 s on one thread). Plain PyTorch: one process, no engine.
+pairs gives it a base policy with reward variance (tiny Qwen2 on 2-digit addition reaches
+15–50 % greedy accuracy in 75–115 s on one thread, measured when this was written). Plain PyTorch: one process, no engine.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from workers.learner.batch import TrainBatch, response_logits
+from workers.learner.batch import TrainBatch
+from workers.learner.forward import response_logits
 
 logger = logging.getLogger(__name__)
 

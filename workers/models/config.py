@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 # vLLM's CPU attention kernels exist only for these head sizes; head_dim 16 starts but fails at the first
-# generate (see RECIPES.md), so a bad tiny architecture is rejected here rather than minutes later.
+# generate, so a bad tiny architecture is rejected here rather than minutes later.
 SUPPORTED_HEAD_DIMS = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
 
 DEFAULT_CACHE_DIR = Path("~/.cache/gmts-lab/models")

@@ -15,7 +15,8 @@ concatenate the results in order::
     results = [r for part in ray.get(futures) for r in part]
 
 Each actor owns ``config.num_workers`` verifier processes of its own: size both to the cores the
-actors get.
+actors get. They end with the actor (``ray.kill``, or the plain object dropped): each sees EOF on its
+pipe, so there is nothing to close.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 
 from workers.problem import Problem
 from workers.reward.config import RewardConfig
-from workers.reward.results import RewardBatchStats, RewardResult
+from workers.reward.results import RewardResult
 from workers.reward.scorer import RewardScorer
 
 
@@ -34,9 +35,3 @@ class RewardWorker:
 
     def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[RewardResult]:
         return self._scorer.score(completions, problems)
-
-    def last_batch_stats(self) -> RewardBatchStats | None:
-        return self._scorer.last_batch_stats
-
-    def close(self) -> None:
-        self._scorer.close()

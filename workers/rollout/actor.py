@@ -13,7 +13,7 @@ import torch
 from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.host_weights import HostWeights
+from workers.weights.object_store import HostWeights
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine, RolloutSample
 
@@ -84,7 +84,7 @@ class RolloutGroup:
         """How weights reach these engines ('in_process', 'bytes' or 'collective'): one config, one answer."""
         return ray.get(self.actors[0].weight_sync_route.remote())
 
-    # ------------------------------------------ collective weight sync (see workers/weight_broadcast.py)
+    # ------------------------------------------ collective weight sync (see workers/weights/broadcast.py)
     # join_weight_sync_group and receive_weights return Ray ObjectRefs: they are collectives with the
     # learner rank 0, so the caller must ray.get them together with the learner side's calls.
     def weight_sync_devices(self) -> list[str | None]:

@@ -26,7 +26,7 @@ from typing import Any, Literal
 import torch
 
 from workers.rollout.config import RolloutConfig
-from workers.rollout.weight_sync import WORKER_EXTENSION_CLASS, send_weights_via_rpc
+from workers.weights.vllm_reload import WORKER_EXTENSION_CLASS, send_weights_via_rpc
 
 ResolvedWeightSync = Literal["in_process", "bytes", "collective"]
 
@@ -225,7 +225,7 @@ class RolloutEngine:
         self._llm.llm_engine.engine_core.shutdown()
 
     def _in_process_worker(self) -> Any | None:
-        """The vLLM worker when it lives in this process (RECIPES.md), else None (worker processes)."""
+        """The vLLM worker when it lives in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0), else None (worker processes)."""
         engine_core = getattr(self._llm.llm_engine.engine_core, "engine_core", None)
         executor = getattr(engine_core, "model_executor", None)
         driver = getattr(executor, "driver_worker", None)

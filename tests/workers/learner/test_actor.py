@@ -55,7 +55,7 @@ def make_batch(groups=4, group_size=4, seed=0) -> TrainBatch:
 
 def rank_parameters(group: LearnerGroup) -> list[dict[str, torch.Tensor]]:
     """Each rank's own module parameters (ZeRO-2 keeps a full replica on every rank)."""
-    read = lambda actor: {n: p.detach().clone() for n, p in actor.engine.model.named_parameters()}
+    read = lambda engine: {n: p.detach().clone() for n, p in engine.model.named_parameters()}
     return ray.get([actor.__ray_call__.remote(read) for actor in group.actors])
 
 
@@ -70,7 +70,10 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
     try:
         prepared = group.compute_reference_stats(batch)
         assert prepared.batch_size == batch.batch_size and prepared.ref_logp is not None
-        metrics = group.train_step(prepared, step=0)
+        # One call per rank: each scores π_old / π_ref on its own shard (kl_coef > 0) and compares π_old with
+        # the sampling logprobs the batch carries (here the group's own π_old: they must agree).
+        metrics = group.train_step(batch.replace(sampling_logp=prepared.old_logp), step=0)
+        assert metrics["rollout/logprob_diff"] < 1e-6
         assert metrics["optim/steps"] == 1
         # scope='global': ⌈ρ·N⌉ of all tokens of both ranks' micro-batches, not of each rank alone
         assert metrics["selection/selected_fraction"] == pytest.approx(0.5, abs=0.1)
@@ -92,8 +95,8 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
         # The same gradient as one process on the whole batch: DeepSpeed averages over ranks and the
         # engine's loss scale undoes that exactly. Scope 'group' for this, so that both runs rank the
         # same populations; the norm is measured before clipping and the optimiser step.
-        def use_group_scope(actor):
-            actor.engine.selection = SelectionConfig(method="ets", ratio=0.5, scope="group")
+        def use_group_scope(engine):
+            engine.selection = SelectionConfig(method="ets", ratio=0.5, scope="group")
 
         ray.get([actor.__ray_call__.remote(use_group_scope) for actor in group.actors])
         two_ranks = group.train_step(prepared, step=2)["optim/grad_norm"]
@@ -102,8 +105,8 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
 
         # Token-budget micro-batches on two ranks (each rank packs its own shard, then both run as many
         # micro-batches as the busier one): the same gradient again, from the same weights.
-        def use_token_budget(actor):
-            actor.engine.learner = actor.engine.learner.model_copy(update={"max_tokens_per_micro_batch": 64})
+        def use_token_budget(engine):
+            engine.learner = engine.learner.model_copy(update={"max_tokens_per_micro_batch": 64})
 
         ray.get([actor.__ray_call__.remote(use_token_budget) for actor in group.actors])
         group.load_checkpoint(tmp_path / "ckpt")  # back to the weights of `state`

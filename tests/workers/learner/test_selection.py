@@ -238,3 +238,25 @@ def test_global_scope_matches_single_process_ranking_over_all_ranks(ratio):
     assert chosen.min() == threshold
     # Each rank's share follows its scores, not an equal split.
     assert masks[0].sum() != masks[1].sum()
+
+
+def test_a_registered_method_is_one_decorated_function_the_config_and_select_tokens_accept():
+    from workers.learner.recipes import is_gmts_like
+    from workers.learner.selection import SELECTION_METHODS, register_selection_method
+
+    with pytest.raises(ValueError, match="unknown selection method 'last_tokens'"):
+        SelectionConfig(method="last_tokens", ratio=0.5)
+
+    @register_selection_method("last_tokens")
+    def last_tokens(x):  # later tokens score higher
+        return torch.arange(1, x.mask.shape[1] + 1, dtype=torch.float32).expand(x.mask.shape)
+
+    try:
+        config = SelectionConfig(method="last_tokens", ratio=0.5, scope="micro_batch")
+        mask = torch.ones(2, 4)
+        selection = select_tokens(response_mask=mask, entropy=torch.rand(2, 4), advantages=torch.ones(2),
+                                  group_ids=torch.tensor([0, 0]), config=config)
+        assert selection.mask.sum() == 4 and selection.mask[:, 2:].all()  # the last half of each row
+        assert not is_gmts_like("last_tokens") and is_gmts_like("gmts") and is_gmts_like("gmts-release")
+    finally:
+        del SELECTION_METHODS["last_tokens"]

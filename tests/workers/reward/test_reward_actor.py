@@ -1,9 +1,12 @@
+import gc
+import multiprocessing
+
 import pytest
 
 from workers.problem import Problem
 from workers.reward.actor import RewardWorker
 from workers.reward.config import RewardConfig
-from workers.reward.results import RewardBatchStats, RewardResult, VerifierBroken
+from workers.reward.results import RewardResult, VerifierBroken
 
 CONFIG = RewardConfig(num_workers=1)
 
@@ -16,14 +19,22 @@ def _batch():
     return completions, problems
 
 
-def test_plain_class_scores_without_ray():
+def _verifiers() -> set:
+    return {p for p in multiprocessing.active_children() if p.name == "reward-verifier"}
+
+
+def test_plain_class_scores_without_ray_and_its_verifiers_end_with_it():
+    before = _verifiers()
     worker = RewardWorker(CONFIG)
-    try:
-        completions, problems = _batch()
-        assert [r.score for r in worker.score(completions, problems)] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
-        assert worker.last_batch_stats() == RewardBatchStats(n=7, n_failed=0, n_timeout=0, mean_score=4 / 7)
-    finally:
-        worker.close()
+    completions, problems = _batch()
+    assert [r.score for r in worker.score(completions, problems)] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    own = _verifiers() - before
+    assert len(own) == CONFIG.num_workers
+    del worker  # no close(): as for a killed actor, the verifiers see EOF on their pipes and exit
+    gc.collect()
+    for process in own:
+        process.join(timeout=10)
+        assert not process.is_alive()
 
 
 @pytest.mark.slow
@@ -46,6 +57,5 @@ def test_ray_actors_score_a_batch_whole_and_split():
         broken = [Problem(id=f"mc{i}", prompt="Pick", answer="?", domain="choice") for i in range(8)]
         with pytest.raises(VerifierBroken, match="verify_choice.*one letter"):
             ray.get(workers[0].score.remote(["A"] * 8, broken))
-        ray.get([w.close.remote() for w in workers])
     finally:
         ray.shutdown()

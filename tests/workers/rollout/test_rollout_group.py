@@ -9,7 +9,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
-from workers.host_weights import HostWeights
+from workers.weights.object_store import HostWeights
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.actor import RolloutGroup
 from workers.rollout.config import RolloutConfig

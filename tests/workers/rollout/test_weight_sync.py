@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from workers.rollout.weight_sync import pack_weight_buckets, tensor_from_wire, tensor_to_wire
+from workers.weights.vllm_reload import pack_weight_buckets, tensor_from_wire, tensor_to_wire
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])

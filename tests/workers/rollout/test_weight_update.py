@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine
-from workers.rollout.weight_sync import send_weights_via_rpc
+from workers.weights.vllm_reload import send_weights_via_rpc
 
 TEMPERATURE = 0.7
 PROMPT = [VOCAB[c] for c in "23+45="]
@@ -128,26 +128,29 @@ def _learner_process(model_dir, port: int, response: list[int], results) -> None
     broadcasts them as rank 0 of the weight-sync group and reports its own logprobs of ``response``."""
     import socket
 
+    from workers.learner.batch import TrainBatch
     from workers.learner.config import LearnerConfig
     from workers.learner.engine import LearnerEngine, init_process_group
     from workers.learner.losses import PolicyLossConfig
     from workers.learner.selection import SelectionConfig
-    from workers.weight_broadcast import join_group
+    from workers.weights.broadcast import join_group
 
     torch.set_num_threads(1)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         learner_port = probe.getsockname()[1]
     init_process_group(0, 1, "127.0.0.1", learner_port)
+    # T = 1: compared with vLLM's prompt logprobs, which never pass through the sampler.
     learner = LearnerEngine(model_dir, LearnerConfig(mini_batch_size=8, micro_batch_size=8), PolicyLossConfig(),
-                            SelectionConfig(), temperature=TEMPERATURE)
+                            SelectionConfig(), temperature=1.0)
     generator = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for parameter in learner.model.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
-    group = join_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=300)
-    sent = learner.broadcast_weights(group, bucket_bytes=64 * 1024)  # several buckets for this model
-    results.put((sent, learner.sequence_logprobs(PROMPT, response, temperature=1.0)))
+    learner.weight_group = join_group("127.0.0.1", port, 0, 2, "gloo", timeout_s=300)
+    sent = learner.broadcast_weights(bucket_bytes=64 * 1024)  # several buckets for this model
+    scored = learner.compute_reference_stats(TrainBatch.from_lists([PROMPT], [response], [0.0], [0], pad_id=0))
+    results.put((sent, scored.old_logp[0].tolist()))
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ Three routes (``RolloutConfig.weight_sync``), one vLLM call at the end (``model_
   each worker stages the buckets and reloads once all have arrived;
 - collective (CUDA by default): the learner rank 0 and every worker join a process group of their own
   (``join_weight_sync_group``), and the worker receives the buckets straight from the learner's broadcast
-  (``receive_broadcast_weights``, protocol in ``workers/weight_broadcast.py``): no bytes through the engine
+  (``receive_broadcast_weights``, protocol in ``workers/weights/broadcast.py``): no bytes through the engine
   core, no serialisation, NCCL between GPUs.
 
 Reloading must see the whole state dict in one call: vLLM rebuilds each layer from the weights it is
@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers import weight_broadcast
-from workers.host_weights import as_uint8, from_uint8
+from workers.weights import broadcast as weight_broadcast
+from workers.weights.object_store import as_uint8, from_uint8
 
 logger = logging.getLogger(__name__)
 
-WORKER_EXTENSION_CLASS = "workers.rollout.weight_sync.WeightSyncExtension"
+WORKER_EXTENSION_CLASS = "workers.weights.vllm_reload.WeightSyncExtension"
 DEFAULT_BUCKET_BYTES = weight_broadcast.DEFAULT_BUCKET_BYTES
 
 
@@ -56,7 +56,7 @@ def pack_weight_buckets(
     named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int = DEFAULT_BUCKET_BYTES
 ) -> list[list[WireTensor]]:
     """Group wire tensors into buckets of at most ``bucket_bytes`` (a larger tensor travels alone), planned
-    like the collective route's buckets (:func:`workers.weight_broadcast.plan_buckets`)."""
+    like the collective route's buckets (:func:`workers.weights.broadcast.plan_buckets`)."""
     items = list(named_tensors)
     return [[tensor_to_wire(*items[index]) for index in bucket]
             for bucket in weight_broadcast.plan_buckets(weight_broadcast.tensor_specs(items), bucket_bytes)]

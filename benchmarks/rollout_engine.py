@@ -1,7 +1,7 @@
 """Measure a rollout engine: start time, sampling throughput, weight-update time.
 
-python -m workers.rollout.benchmark --source tiny      # the numbers in workers/rollout/README.md
-python -m workers.rollout.benchmark --source smollm2
+python -m benchmarks.rollout_engine --source tiny      # the numbers in workers/rollout/README.md
+python -m benchmarks.rollout_engine --source smollm2
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from workers.models.config import ModelConfig, ModelSource
 from workers.models.materialize import materialize_model
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine
-from workers.rollout.weight_sync import send_weights_via_rpc
+from workers.weights.vllm_reload import send_weights_via_rpc
 
 logger = logging.getLogger(__name__)
 

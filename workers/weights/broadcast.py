@@ -16,7 +16,7 @@ The protocol (rank 0 sends, every other rank receives, all call in the same orde
 3. one broadcast per bucket of a flat buffer; receivers split it into views with the header's shapes.
 
 The receiver returns the whole state dict at once: vLLM's ``reload_weights`` must see it in one call
-(see ``workers/rollout/weight_sync.py``), so a worker holds one extra copy of the weights while it syncs.
+(see ``workers/weights/vllm_reload.py``), so a worker holds one extra copy of the weights while it syncs.
 
 Backends: NCCL when every rank sits on a CUDA device of its own; gloo otherwise — on CPU, and when
 two ranks share a GPU (learner and engine colocated), which NCCL refuses ("Duplicate GPU detected").
