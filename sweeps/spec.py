@@ -72,7 +72,7 @@ class BaseExperiment(_Strict):
 
 class GridAxes(_Strict):
     method: list[str] | None = Field(
-        None, json_schema_extra=_axis({"enum": [*SelectionMethod.__args__, *sorted(RECIPES)]}), description="Selection methods (none, ets, gmts, gmts_exact, random) or reference recipes "
+        None, json_schema_extra=_axis({"enum": [*SELECTION_METHODS, *sorted(RECIPES)]}), description="Selection methods (none, ets, gmts, gmts_exact, random) or reference recipes "
         "(ets-8020, ets-trl, ets-release, gmts-release, gmts-paper).")
     scope: list[SelectionScope] | None = Field(None, json_schema_extra=_axis(), description="Ranking populations (not with a recipe, which fixes it).")
     denominator: list[Literal["all", "selected"]] | None = Field(
