@@ -185,7 +185,8 @@ def run(smoke: bool) -> dict:
     figures += _seed_check(per_run)
     return BenchmarkResult(
         title="test accuracy after a fixed number of RL steps, each arm at its validation-chosen lr (cpu-tiny-s)",
-        settings={"preset": PRESET, "seeds": cfg["seeds"], "rl_steps": cfg["steps"], "lr_grid": {a.name: lrs_of(cfg, a.name) for a in arms},
+        settings={"preset": PRESET, "seeds": cfg["seeds"], "rl_steps": cfg["steps"],
+                  "lr_grid": {a.name: lrs_of(cfg, a.name) for a in arms},
                   "arms": {a.name: a.config_overrides() for a in arms}, "reduced": cfg["reduced"],
                   "overrides": cfg["overrides"], "rl_step": rl_step_shape(PRESET, cfg["overrides"]),
                   "metric": f"{TEST_METRIC} (greedy, 1,173 held-out problems); lr chosen on {VALIDATION_METRIC}",
