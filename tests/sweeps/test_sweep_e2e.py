@@ -137,8 +137,8 @@ def test_interrupted_sweep_resumes_and_finishes(sweep: dict) -> None:
     assert sweep["resume_rc"] == 0, sweep["resume_log"][-5000:]
     assert "e2e-t001" in sweep["first_log"].split("unfinished:")[-1]
     # Only the unfinished trial ran again.
-    assert "e2e-t001: step" in sweep["resume_log"]
-    assert "e2e-t000: step" not in sweep["resume_log"]
+    assert "e2e-t001 step " in sweep["resume_log"]
+    assert "e2e-t000 step " not in sweep["resume_log"]
     assert "gmts" in sweep["resume_log"] and "mlflow ui --backend-store-uri" in sweep["resume_log"]
 
 
