@@ -14,7 +14,8 @@ own setting: ETS over the optimiser step's mini-batch, GMTS within each prompt g
 tokens per group, the control that separates "fewer tokens" from "the right tokens"); and ETS/GMTS at each
 other's population (matched-scope pairs ``ets@group``, ``gmts@mini_batch``). ρ = 0.2, top.
 
-The seed is ``training.seed`` (prompt order, rollout sampling seeds) and ``learner.seed`` (mini-batch shuffle).
+The seed is ``training.seed``: prompt order and rollout sampling, and (derived from it, as in every run) the
+mini-batch shuffle, random selection and tie-breaks.
 Runs are interleaved seed by seed, arms rotated. The full grid is hours on 2 cores; a reduced one is chosen with
 environment variables, and the report says which ran: ``GMTS_LE_SEEDS=0,1,2``, ``GMTS_LE_STEPS=30``,
 ``GMTS_LE_ARMS=none,ets-release,gmts-release``, ``GMTS_LE_LRS=1e-4`` (one grid for every arm), and
@@ -127,7 +128,7 @@ def run(smoke: bool) -> dict:
     try:
         for index, (arm, lr, seed) in enumerate(grid):
             overrides = cfg["overrides"] + arm.config_overrides() + [
-                f"learner.lr={lr}", f"training.seed={seed}", f"learner.seed={seed}"]
+                f"learner.lr={lr}", f"training.seed={seed}"]
             key = {"preset": PRESET, "steps": cfg["steps"], "arm": arm.name, "overrides": overrides}
             record = journal.get(key) if journal else None
             if record is None:

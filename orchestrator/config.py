@@ -89,7 +89,10 @@ class WarmupConfig(_Strict):
 
 class TrainingConfig(_Strict):
     steps: int = Field(10, ge=1, description="RL steps (one rollout batch + one learner update each).")
-    seed: int = 0
+    seed: int = Field(0, description="The run's one seed: prompt order and rollout sampling use it, and "
+                      "learner.seed, selection.seed, rollout.seed and evaluation.seed default to it. Fixed whatever "
+                      "it is: the base policy's warmup.seed and model.init_seed, and the data sets' seeds (one base "
+                      "policy and one test set for every seed of a sweep).")
     log_interval: int = Field(1, ge=1)
 
 
@@ -136,6 +139,10 @@ class ResourcesConfig(_Strict):
     )
 
 
+# Sections whose ``seed`` defaults to ``training.seed`` (see ExperimentConfig._derive_seeds_from_training_seed).
+RUN_SEEDED_SECTIONS = ("learner", "selection", "rollout", "evaluation")
+
+
 class ExperimentConfig(_Strict):
     name: str = Field("experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     output_dir: Path = Field(Path("runs"), description="Run folders (checkpoints, model caches, MLflow store) go here.")
@@ -152,6 +159,18 @@ class ExperimentConfig(_Strict):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+
+    @model_validator(mode="after")
+    def _derive_seeds_from_training_seed(self) -> ExperimentConfig:
+        """One seed per run: a section's ``seed`` left unset follows ``training.seed``, so a sweep's seed
+        axis (which sets only ``training.seed``) also varies the mini-batch shuffle, the random-selection
+        draws and tie-breaks. The resolved values are part of the config, hence of every MLflow run's
+        params, job file and checkpoint. An explicit section seed wins (to replay an older run)."""
+        for section in RUN_SEEDED_SECTIONS:
+            part = getattr(self, section)
+            if "seed" not in part.model_fields_set:
+                setattr(self, section, part.model_copy(update={"seed": self.training.seed}))
+        return self
 
     @model_validator(mode="after")
     def _colocation_pairs_engines_with_learners(self) -> ExperimentConfig:

@@ -54,3 +54,24 @@ def test_bad_sources_and_override_syntax():
 def test_flatten_gives_dotted_params():
     flat = flatten(load_experiment("cpu-tiny-s"))
     assert flat["selection.method"] == "gmts" and flat["algorithm.loss.clip_high"] == "0.2"
+
+
+def test_every_run_seed_follows_training_seed_unless_set_and_the_base_seeds_stay_fixed():
+    config = load_experiment("cpu-tiny-s", ["training.seed=3"])
+    assert [getattr(config, s).seed for s in ("learner", "selection", "rollout", "evaluation")] == [3, 3, 3, 3]
+    assert (config.warmup.seed, config.model.init_seed) == (0, 0)  # one base policy for every seed of a sweep
+    explicit = load_experiment("cpu-tiny-s", ["training.seed=3", "learner.seed=7"])
+    assert (explicit.learner.seed, explicit.selection.seed) == (7, 3)
+    # The resolved seeds are part of the config: a dumped job file re-validates to the same run.
+    again = type(explicit).model_validate(explicit.model_dump(mode="json"))
+    assert again.model_dump() == explicit.model_dump()
+    assert str(flatten(config)["learner.seed"]) == "3"  # hence an MLflow param of every run
+
+
+def test_a_sweeps_seed_axis_varies_every_run_seed(tmp_path):
+    from sweeps.spec import SweepSpec, expand
+
+    spec = SweepSpec.model_validate({"name": "s", "base": {"preset": "cpu-tiny-s"},
+                                     "grid": {"method": ["none"], "seed": [0, 1]}})
+    seeds = [(t.config.training.seed, t.config.learner.seed, t.config.selection.seed) for t in expand(spec, tmp_path)]
+    assert seeds == [(0, 0, 0), (1, 1, 1)]

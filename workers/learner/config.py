@@ -51,7 +51,7 @@ class LearnerConfig(BaseModel):
             "selection method does not need it (only gmts_exact does)."
         ),
     )
-    seed: int = Field(0, description="Seed of the mini-batch shuffle and of random token selection.")
+    seed: int = Field(0, description="Seed of the mini-batch shuffle (default: training.seed).")
 
     @field_validator("betas")
     @classmethod
