@@ -14,7 +14,7 @@ demo: setup
 
 ## The whole test suite, slow end-to-end tests included (what CI runs).
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 ## Unit tests only (seconds).
 test-fast: setup

@@ -113,17 +113,30 @@ def settings_for(smoke: bool) -> dict:
 
 def run(smoke: bool) -> dict:
     require_loop()
-    import ray
-
     cfg = settings_for(smoke)
     arms = [a for a in ARMS if a.name in cfg["arms"]]
     journal = RunJournal(Path(os.environ["GMTS_LE_JOURNAL"])) if "GMTS_LE_JOURNAL" in os.environ and not smoke \
         else None
     shard = parse_shard(os.environ.get("GMTS_LE_SHARD"))
-    # (arm, lr) → seed → the run's final metrics
+    grid = list(_grid(cfg, arms))
+    finals, per_run = _run_grid(cfg, grid, journal, shard)
+    if len(per_run) < len(grid):
+        return BenchmarkResult(
+            title=f"learning_efficiency shard {shard[0]}/{shard[1]}: {len(per_run)} of {len(grid)} runs",
+            settings={"preset": PRESET, "reduced": cfg["reduced"], "journal": str(journal.path) if journal else None},
+            figures=[Figure("runs in the journal", len(per_run), "", f"of {len(grid)}; run once more without "
+                            "GMTS_LE_SHARD, with the same GMTS_LE_JOURNAL, for the table")],
+            measurements={"runs": per_run}).as_dict()
+    return _table(cfg, arms, finals, per_run)
+
+
+def _run_grid(cfg: dict, grid: list, journal: RunJournal | None, shard: tuple[int, int] | None):
+    """Runs (or reuses from the journal) this shard's part of the grid. Returns (arm, lr) → seed → final
+    metrics, and one entry per run available (its own or the journal's)."""
+    import ray
+
     finals: dict[tuple[str, float], dict[int, dict[str, float]]] = defaultdict(dict)
     per_run: list[dict] = []
-    grid = list(_grid(cfg, arms))
     started_ray = False
     try:
         for index, (arm, lr, seed) in enumerate(grid):
@@ -150,15 +163,11 @@ def run(smoke: bool) -> dict:
     finally:
         if started_ray:
             ray.shutdown()
+    return finals, per_run
 
-    if len(per_run) < len(grid):
-        return BenchmarkResult(
-            title=f"learning_efficiency shard {shard[0]}/{shard[1]}: {len(per_run)} of {len(grid)} runs",
-            settings={"preset": PRESET, "reduced": cfg["reduced"], "journal": str(journal.path) if journal else None},
-            figures=[Figure("runs in the journal", len(per_run), "", f"of {len(grid)}; run once more without "
-                            "GMTS_LE_SHARD, with the same GMTS_LE_JOURNAL, for the table")],
-            measurements={"runs": per_run}).as_dict()
 
+def _table(cfg: dict, arms: list[Arm], finals: dict, per_run: list[dict]) -> dict:
+    """Each arm's test accuracy at the lr chosen on validation, paired differences, base and seed checks."""
     chosen_lr = {arm.name: _best_lr(finals, arm.name, lrs_of(cfg, arm.name)) for arm in arms}
     test = {name: {seed: m[TEST_METRIC] for seed, m in finals[(name, lr)].items()} for name, lr in chosen_lr.items()}
     figures: list[Figure] = []
