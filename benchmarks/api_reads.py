@@ -227,17 +227,20 @@ class _Api:
         self.started.append(self.proc)
         times = []
         for path in ("/healthz", "/readyz"):
+            last = "no answer"
             while True:
                 if self.proc.poll() is not None:
                     raise RuntimeError((self.work / "api.log").read_text()[-3000:])
                 try:
-                    if httpx.get(f"{self.url}{path}", timeout=30).status_code == 200:
+                    response = httpx.get(f"{self.url}{path}", timeout=30)
+                    if response.status_code == 200:
                         times.append(time.monotonic() - begin)
                         break
-                except httpx.HTTPError:
-                    pass
+                    last = f"{response.status_code} {response.text[:300]}"
+                except httpx.HTTPError as exc:
+                    last = type(exc).__name__
                 if time.monotonic() - begin > 900:
-                    raise RuntimeError(f"gmts serve did not answer {path} within 900 s")
+                    raise RuntimeError(f"gmts serve did not answer {path} within 900 s (last: {last})")
                 time.sleep(0.05)
         return times[0], times[1]
 
