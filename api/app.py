@@ -1,8 +1,9 @@
 """The FastAPI app: routes, bearer-token auth, the body-size limit and one error shape for every 4xx/5xx.
 
 ``create_app(settings, jobs)`` builds it; ``jobs`` defaults to the real Ray Jobs API client
-(api/ray_jobs.py). Route handlers are plain functions (FastAPI runs them in its thread pool) because
-the Ray and MLflow clients block.
+(api/ray_jobs.py). Action handlers are plain functions (FastAPI runs them in its thread pool) because
+the Ray and MLflow clients block. List and get are async and answer from ready JSON bytes
+(api/reads.py), and the token check is async too: a cached read never leaves the event loop.
 """
 
 import hmac
@@ -33,6 +34,7 @@ from api.models import (
     TrialProgress,
 )
 from api.ray_jobs import JobsBackend, RayJobs
+from api.reads import ReadCache
 from api.service import Conflict, ControlPlane, IdempotencyKeyReused, NotFound, Unavailable, View
 from api.settings import ApiSettings
 from api.store import Kind
@@ -94,7 +96,7 @@ def create_app(settings: ApiSettings | None = None, jobs: JobsBackend | None = N
     app.include_router(_v1_router(plane, token))
 
     @app.get("/healthz", response_model=Health, tags=["health"])
-    def healthz() -> Health:
+    async def healthz() -> Health:
         """The process is up (no dependency checked)."""
         return Health(status="ok")
 
@@ -122,7 +124,7 @@ def _probe(check) -> str:
 def _token_dependency(token: bytes):
     bearer = HTTPBearer(auto_error=False, description="GMTS_API_TOKEN of the server")
 
-    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
+    async def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> None:
         if credentials is None:
             raise HTTPException(401, "missing bearer token: send 'Authorization: Bearer <GMTS_API_TOKEN>'",
                                 headers={"WWW-Authenticate": "Bearer"})
@@ -145,13 +147,23 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         return _out(plane.view(record))
 
     # Reads serve SQLite only: the background reconciler brings statuses from Ray and progress from
-    # MLflow into it (api/service.py), so that no list/get waits on either.
-    def listing(kind: Kind, limit: int, status: str | None) -> SubmissionList:
-        items = [_out(plane.view(record)) for record in plane.store.list(kind, limit, status)]
-        return SubmissionList(items=items, warnings=[])
+    # MLflow into it (api/service.py), so that no list/get waits on either; and they serve it as JSON
+    # bytes built once per change of the store (api/reads.py). The bodies are the response models'
+    # own serialisation, so they are what the OpenAPI schema says.
+    cache = ReadCache(lambda: plane.store.version)
 
-    def one(kind: Kind, api_id: str) -> SubmissionOut:
-        return _out(plane.view(plane.get(kind, api_id)))
+    async def listing(kind: Kind, limit: int, status: str | None) -> Response:
+        def build() -> bytes:
+            items = [_out(plane.view(record)) for record in plane.store.list(kind, limit, status)]
+            return SubmissionList(items=items, warnings=[]).model_dump_json().encode()
+
+        return _json(await cache.body(("list", kind, limit, status), build))
+
+    async def one(kind: Kind, api_id: str) -> Response:
+        def build() -> bytes:
+            return _out(plane.view(plane.get(kind, api_id))).model_dump_json().encode()
+
+        return _json(await cache.body(("get", kind, api_id), build))
 
     def cancelled(kind: Kind, api_id: str, response: Response) -> SubmissionOut:
         record, leftovers = plane.cancel(plane.get(kind, api_id))
@@ -174,12 +186,12 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         return submitted("sweep", spec, idempotency_key, response)
 
     @router.get("/sweeps", response_model=SubmissionList, tags=["sweeps"])
-    def list_sweeps(limit: Limit = 100, status: StatusFilter = None) -> SubmissionList:
-        return listing("sweep", limit, status)
+    async def list_sweeps(limit: Limit = 100, status: StatusFilter = None) -> Response:
+        return await listing("sweep", limit, status)
 
     @router.get("/sweeps/{sweep_id}", response_model=SubmissionOut, tags=["sweeps"])
-    def get_sweep(sweep_id: SweepId) -> SubmissionOut:
-        return one("sweep", sweep_id)
+    async def get_sweep(sweep_id: SweepId) -> Response:
+        return await one("sweep", sweep_id)
 
     @router.get("/sweeps/{sweep_id}/results", response_model=SweepResults, tags=["sweeps"])
     def sweep_results(sweep_id: SweepId) -> SweepResults:
@@ -207,12 +219,12 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         return submitted("run", request, idempotency_key, response)
 
     @router.get("/runs", response_model=SubmissionList, tags=["runs"])
-    def list_runs(limit: Limit = 100, status: StatusFilter = None) -> SubmissionList:
-        return listing("run", limit, status)
+    async def list_runs(limit: Limit = 100, status: StatusFilter = None) -> Response:
+        return await listing("run", limit, status)
 
     @router.get("/runs/{run_id}", response_model=SubmissionOut, tags=["runs"])
-    def get_run(run_id: RunId) -> SubmissionOut:
-        return one("run", run_id)
+    async def get_run(run_id: RunId) -> Response:
+        return await one("run", run_id)
 
     @router.get("/runs/{run_id}/logs", response_model=JobLogs, tags=["runs"])
     def run_logs(run_id: RunId, tail: Tail = 200) -> JobLogs:
@@ -224,6 +236,10 @@ def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
         return cancelled("run", run_id, response)
 
     return router
+
+
+def _json(body: bytes) -> Response:
+    return Response(body, media_type="application/json")
 
 
 def _out(view: View) -> SubmissionOut:

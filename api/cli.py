@@ -181,7 +181,8 @@ def _serve(host: str | None, port: int | None) -> int:
         app.state.plane.start_background(settings.reconcile_interval_s)
         return app, app.state.plane.close
 
-    uvicorn.run(DeferredApp(load), host=settings.host, port=settings.port, log_level="info")
+    uvicorn.run(DeferredApp(load), host=settings.host, port=settings.port, log_level="info",
+                access_log=settings.access_log)
     return 0
 
 

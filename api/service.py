@@ -279,6 +279,7 @@ class ControlPlane:
         repeat cancel (a client retrying after a timeout) gets the current state, not an error."""
         record = self.refresh(record)
         if not record.finished:
+            logger.info("cancelling %s %s (Ray job %s)", record.kind, record.id, record.ray_submission_id)
             record = self.store.update(record, cancel_requested=True)
             try:
                 self.jobs.stop(record.ray_submission_id)

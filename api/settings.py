@@ -45,6 +45,8 @@ class ApiSettings(BaseSettings):
     mlflow_tracking_uri: str | None = Field(None, description="None = sqlite:///<state_dir>/mlflow.db.")
     mlflow_ui_url: str | None = Field(None, description="Base URL of the MLflow UI for links; None = the tracking URI if http(s).")
     max_body_bytes: int = Field(256 * 1024, ge=1024)
+    access_log: bool = Field(False, description="uvicorn's access log, a line per request: off by default, as "
+                             "it costs CPU on every read (submissions and cancels are logged either way).")
     cancel_wait_s: float = Field(20.0, ge=0, le=3600, description="How long cancel waits for the job to be gone.")
     reconcile_interval_s: float = Field(5.0, gt=0, le=3600, description="Background reconciliation and reaping period.")
     kill_grace_s: float = Field(5.0, ge=0, le=600, description="SIGTERM → SIGKILL delay for what outlives its job.")

@@ -105,13 +105,18 @@ class DuplicateIdempotencyKey(Exception):
 
 
 class SubmissionStore:
-    """One SQLite file; a lock serialises writers from FastAPI's thread pool."""
+    """One SQLite file; a lock serialises writers from FastAPI's thread pool.
+
+    ``version`` counts the writes made through this store: the read cache (api/reads.py) serves a
+    response as long as it is unchanged. This process is the database's only writer (the reconciler
+    runs in it), so the counter sees every change."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         _owner_only(path)
         self._lock = threading.Lock()
+        self.version = 0
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -136,6 +141,7 @@ class SubmissionStore:
                     f"INSERT INTO submissions ({', '.join(columns)}) VALUES ({', '.join('?' for _ in columns)})",
                     values,
                 )
+                self.version += 1
                 return record
             except sqlite3.IntegrityError:
                 row = self._db.execute(
@@ -168,6 +174,7 @@ class SubmissionStore:
     def delete(self, submission_id: str) -> None:
         with self._lock:
             self._db.execute("DELETE FROM submissions WHERE id = ?", (submission_id,))
+            self.version += 1
 
     def list(self, kind: Kind, limit: int = 100, status: str | None = None) -> list[Submission]:
         query, args = "SELECT * FROM submissions WHERE kind = ?", [kind]
@@ -199,6 +206,7 @@ class SubmissionStore:
                 f"UPDATE submissions SET {assignments}, updated_at = ? WHERE id = ?",
                 (*changes.values(), updated.updated_at, record.id),
             )
+            self.version += 1
         return updated
 
 

@@ -128,3 +128,28 @@ def test_healthz_answers_while_the_app_is_still_loading(settings, jobs) -> None:
                             0.1, "the failed load")
         assert response.json()["message"] == "the API failed to start: RuntimeError: no such module"
         assert failed == [True]
+
+
+def test_repeated_reads_skip_sqlite_until_a_write_and_then_show_it(client, jobs) -> None:
+    """List and get are served as ready bytes (api/reads.py) while the store is unchanged: no query
+    reaches SQLite; the first read after a write (the reconciler's, a submit) shows that write."""
+    sweep = client.post("/v1/sweeps", json=sweep_body()).json()
+    queries: list[str] = []
+    client.app.state.plane.store._db.set_trace_callback(queries.append)  # every statement SQLite runs
+    first_get, first_list = client.get(f"/v1/sweeps/{sweep['id']}").json(), client.get("/v1/sweeps").json()
+    built = len(queries)
+    assert built >= 2  # each was built once, from SQLite
+    for _ in range(5):
+        assert client.get(f"/v1/sweeps/{sweep['id']}").json() == first_get
+        assert client.get("/v1/sweeps").json() == first_list
+    assert len(queries) == built
+    assert first_get["status"] == "pending" and first_list["items"] == [first_get]
+
+    jobs.set(sweep["ray_submission_id"], "RUNNING")
+    reconcile(client)
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "running"
+    assert [item["status"] for item in client.get("/v1/sweeps").json()["items"]] == ["running"]
+    second = client.post("/v1/sweeps", json=sweep_body(name="api-test-2")).json()
+    assert [item["id"] for item in client.get("/v1/sweeps").json()["items"]] == [second["id"], sweep["id"]]
+    assert client.get("/v1/sweeps", params={"status": "pending"}).json()["items"][0]["id"] == second["id"]
+    assert client.get("/v1/sweeps/sw-0123456789abcdef").status_code == 404  # a miss is not cached as a body
