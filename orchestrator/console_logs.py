@@ -4,7 +4,8 @@ vLLM, Ray and DeepSpeed each log dozens of INFO lines per engine start (≈ 480 
 are what a maintainer debugging an engine wants, not what a user watching a sweep wants. Off by default:
 
 - the driver and the trial processes: the third-party loggers below at WARNING;
-- vLLM reads ``VLLM_LOGGING_LEVEL`` when imported in a rollout actor: set in the environment the actors
+- vLLM reads ``VLLM_LOGGING_LEVEL`` when imported in a rollout actor (and torch ``TORCH_CPP_LOG_LEVEL``,
+  Tune ``TUNE_WARN_THRESHOLD_S``): set in the environment the actors
   inherit (an embedded Ray's workers inherit the driver's environment; a connected cluster gets it in
   the job's ``runtime_env``);
 - the actor processes: a Ray ``worker_process_setup_hook`` drops INFO records there (DeepSpeed builds
@@ -18,11 +19,17 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 VERBOSE_ENV = "GMTS_VERBOSE"
-THIRD_PARTY_LOGGERS = ("vllm", "ray", "ray.tune", "ray.train", "ray.data", "DeepSpeed", "deepspeed",
+THIRD_PARTY_LOGGERS = ("vllm", "ray", "ray.tune", "ray.train", "ray.data", "DeepSpeed", "deepspeed", "mlflow",
                        "torch.distributed", "transformers", "alembic", "urllib3", "filelock")
-QUIET_ENV = {"VLLM_LOGGING_LEVEL": "WARNING", "TRANSFORMERS_VERBOSITY": "warning"}
+# HF_HUB_DISABLE_PROGRESS_BARS also turns off transformers' own bars ("Writing model shards").
+# vLLM at ERROR: on CPU its start-up WARNINGs (≈ 12 per engine: no Triton, no tcmalloc, thread binding, …)
+# describe the host, not the run. TORCH_CPP_LOG_LEVEL: torch's C++ notes (NUMA binding). Tune warns about
+# any callback slower than 0.5 s, which on 2 busy cores is most of them.
+QUIET_ENV = {"VLLM_LOGGING_LEVEL": "ERROR", "TRANSFORMERS_VERBOSITY": "warning", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+             "TORCH_CPP_LOG_LEVEL": "ERROR", "TUNE_WARN_THRESHOLD_S": "10"}
 FORMAT = "%(asctime)s %(message)s"
 DATE_FORMAT = "%H:%M:%S"
 
@@ -58,9 +65,11 @@ def runtime_env() -> dict:
 
 
 def quiet_worker() -> None:
-    """Ray worker setup hook: INFO records are dropped in this process (see the module docstring)."""
+    """Ray worker setup hook: INFO records are dropped in this process (see the module docstring), and
+    libraries' FutureWarnings about their own dependencies (vLLM on torch.distributed) are not shown."""
     if not verbose():
         logging.disable(logging.INFO)
+        warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def restore_info() -> None:

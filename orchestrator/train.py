@@ -184,7 +184,7 @@ def train(
             # engine and its learner on different GPUs.
             own_group = placement_group = _reserve_bundles(config)
         phase = _Phases(config)
-        with phase("preparing the base policy (a warm-up the first time, then cached)"):
+        with phase("preparing the base policy (warm-up on first use, cached after)"):
             policy_dir = prepare_policy(config)
         tracker.log_base_checksum(policy_checksum(config, policy_dir))
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
@@ -300,7 +300,7 @@ class _Phases:
         started = time.perf_counter()
         yield
         if timed:
-            logger.info("%s: done in %.0f s (%s)", self.who, time.perf_counter() - started, what)
+            logger.info("%s: %s — done in %.0f s", self.who, what, time.perf_counter() - started)
 
 
 def _dataset_name(spec) -> str:

@@ -49,6 +49,7 @@ from rich.table import Table
 from orchestrator import console_logs
 from orchestrator.config_loader import ConfigError
 from sweeps.report import build_report, print_report
+from sweeps.labels import trial_label
 from sweeps.runner import PreparedSweep, prepare_sweep, run_sweep
 from sweeps.spec import AXES, load_spec
 
@@ -97,10 +98,11 @@ def _print_plan(prepared: PreparedSweep, console: Console) -> None:
     table = Table(title=f"{verb} sweep {prepared.record.sweep_id} ({len(prepared.trials)} trials)")
     axes = [axis for axis in AXES if any(axis in t.point for t in prepared.trials)]
     table.add_column("trial")
+    table.add_column("run name (MLflow, Tune)")
     for axis in axes:
         table.add_column(axis)
     for trial in prepared.trials:
-        table.add_row(trial.name, *(str(trial.point.get(axis, "—")) for axis in axes))
+        table.add_row(trial.name, trial_label(trial.point), *(str(trial.point.get(axis, "—")) for axis in axes))
     console.print(table)
     console.print(f"MLflow: {prepared.record.tracking_uri}   files: {prepared.layout.sweep_dir}", highlight=False)
 
