@@ -5,8 +5,8 @@
   of the ablation cells (:mod:`sweeps.ablation`, :mod:`sweeps.statistics`), never recomputed here.
   Keys: ``<metric>/<benchmark>/<arm>/<statistic>``, e.g. ``accuracy/arithmetic/gmts-release_top0.2/mean``
   (``mean``, ``ci_low``, ``ci_high``, ``n``, ``delta_vs_ets``, ``delta_ci_low``, ``delta_ci_high``).
-- Description (``mlflow.note.content``, the run page's first panel): the spec's description and the
-  ablation table in Markdown.
+- Description (``mlflow.note.content``, on the run's page): the ablation table in Markdown, then the
+  spec's description.
 - Links: the parent run, and the compare view of its children (what the sweep's end prints).
 """
 
@@ -57,15 +57,15 @@ def _arm(cell: Cell, *, with_section: bool, with_population: bool) -> str:
                    algorithm=cell.algorithm if with_section else None)
 
 
-def log_summary(client: MlflowClient, parent_run_id: str, results: AblationResults, table_markdown: str, *,
-                description: str = "", metric: str = "accuracy") -> dict[str, float]:
-    """Log the summary metrics and the table-bearing description on the parent run; returns the metrics."""
+def log_summary(client: MlflowClient, parent_run_id: str, results: AblationResults, note: str, *,
+                metric: str = "accuracy") -> dict[str, float]:
+    """Log the summary metrics and the description (``table_views.to_note``) on the parent run; returns
+    the metrics."""
     metrics = summary_metrics(results, metric)
     now = int(time.time() * 1000)
     batch = [Metric(key, value, now, 0) for key, value in sorted(metrics.items())]
     for start in range(0, len(batch), 900):  # MLflow caps a batch at 1000 metrics
         client.log_batch(parent_run_id, metrics=batch[start:start + 900])
-    note = f"{description.strip()}\n\n{table_markdown}" if description.strip() else table_markdown
     client.set_tag(parent_run_id, NOTE_TAG, note)
     return metrics
 

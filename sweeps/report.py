@@ -46,7 +46,8 @@ from sweeps.ablation import AblationResults, ablation
 from sweeps.labels import arm_label
 from sweeps.results import EVAL_METRIC, SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
 from sweeps.statistics import t_interval
-from sweeps.table_views import LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_rich, wide_tables
+from sweeps.table_views import (LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_note, to_rich,
+                               wide_tables)
 from sweeps.parent_summary import compare_url, log_summary, run_url
 from sweeps.tracking import DESCRIPTION_TAG, default_tracking_uri
 from workers.learner.recipes import is_gmts_like
@@ -145,8 +146,8 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
             table.write_text(views["ablation.html"])
             client.log_artifact(parent.info.run_id, str(table))
         client.log_artifacts(parent.info.run_id, str(folder), artifact_path=ARTIFACT_DIR)
-        report.summary = log_summary(client, parent.info.run_id, results, views["ablation.md"], metric=metric,
-                                     description=parent.data.tags.get(DESCRIPTION_TAG, ""))
+        note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""))
+        report.summary = log_summary(client, parent.info.run_id, results, note, metric=metric)
     return report
 
 
