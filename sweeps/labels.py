@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from workers.learner.recipes import RECIPES, selection_method_of
-from workers.learner.selection import SELECTION_METHODS
 
 SEPARATOR = " · "
 ALL_TOKENS = "All tokens"
@@ -31,6 +30,9 @@ PALETTE = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#2ca02c", "#f
 
 def method_display(name: str) -> str:
     """The display name of a selection method or reference recipe (see the module docstring)."""
+    # The registry is torch code: imported here, so that the report (which names arms) reads MLflow without it.
+    from workers.learner.selection import SELECTION_METHODS
+
     method = selection_method_of(name)
     registered = SELECTION_METHODS.get(method)
     if registered is None:
