@@ -4,8 +4,8 @@ vLLM, Ray and DeepSpeed each log dozens of INFO lines per engine start (≈ 480 
 are what a maintainer debugging an engine wants, not what a user watching a sweep wants. Off by default:
 
 - the driver and the trial processes: the third-party loggers below at WARNING;
-- vLLM reads ``VLLM_LOGGING_LEVEL`` when imported in a rollout actor (and torch ``TORCH_CPP_LOG_LEVEL``,
-  Tune ``TUNE_WARN_THRESHOLD_S``): set in the environment the actors
+- vLLM reads ``VLLM_LOGGING_LEVEL`` when imported in a rollout actor (and torch ``TORCH_CPP_LOG_LEVEL``):
+  set in the environment the actors
   inherit (an embedded Ray's workers inherit the driver's environment; a connected cluster gets it in
   the job's ``runtime_env``);
 - the actor processes: a Ray ``worker_process_setup_hook`` drops INFO records there (DeepSpeed builds
@@ -26,10 +26,9 @@ THIRD_PARTY_LOGGERS = ("vllm", "ray", "ray.tune", "ray.train", "ray.data", "Deep
                        "torch.distributed", "transformers", "alembic", "urllib3", "filelock")
 # HF_HUB_DISABLE_PROGRESS_BARS also turns off transformers' own bars ("Writing model shards").
 # vLLM at ERROR: on CPU its start-up WARNINGs (≈ 12 per engine: no Triton, no tcmalloc, thread binding, …)
-# describe the host, not the run. TORCH_CPP_LOG_LEVEL: torch's C++ notes (NUMA binding). Tune warns about
-# any callback slower than 0.5 s, which on 2 busy cores is most of them.
+# describe the host, not the run. TORCH_CPP_LOG_LEVEL: torch's C++ notes (NUMA binding).
 QUIET_ENV = {"VLLM_LOGGING_LEVEL": "ERROR", "TRANSFORMERS_VERBOSITY": "warning", "HF_HUB_DISABLE_PROGRESS_BARS": "1",
-             "TORCH_CPP_LOG_LEVEL": "ERROR", "TUNE_WARN_THRESHOLD_S": "10"}
+             "TORCH_CPP_LOG_LEVEL": "ERROR"}
 FORMAT = "%(asctime)s %(message)s"
 DATE_FORMAT = "%H:%M:%S"
 
