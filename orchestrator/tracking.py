@@ -15,10 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param, RunStatus
+from mlflow.data.code_dataset_source import CodeDatasetSource
+from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
 from mlflow.tracking import MlflowClient
 
 from orchestrator.config import ExperimentConfig, flatten
+from workers.learner.selection import SELECTION_METHODS
+from workers.problem import Problem
 
 logger = logging.getLogger(__name__)
 
@@ -27,17 +31,50 @@ MAX_PARAM_CHARS = 6000
 
 
 def grid_params(config: ExperimentConfig) -> dict[str, str]:
-    """The short, stable names a sweep's ablation grid is compared by in the MLflow UI."""
-    return {
-        "method": config.selection.label,  # a reference recipe's name (ets-release), else the method
-        "ratio": "" if config.selection.ratio is None else str(config.selection.ratio),
-        "mode": config.selection.mode,
-        "scope": config.selection.scope,
-        "denominator": config.selection.denominator,
+    """The short, stable names a sweep's ablation grid is compared by in the MLflow UI.
+
+    Only what means something for the run's method: the full-token baseline (a method with no score) has
+    no ratio, mode, scope or denominator, and ``recipe`` appears only when the run follows one.
+    """
+    selection = config.selection
+    params = {
+        "method": selection.label,  # a reference recipe's name (ets-release), else the method
         "model_size": config.model.size_label,
         "algorithm": config.algorithm.name,
         "seed": str(config.training.seed),
     }
+    if selection.recipe:
+        params["recipe"] = selection.recipe
+    if _selects(config):
+        params.update(ratio=str(selection.ratio), mode=selection.mode, scope=selection.scope,
+                      denominator=selection.denominator)
+    return params
+
+
+def run_params(config: ExperimentConfig) -> dict[str, str]:
+    """Every config field as a param (the full config is also an artifact), less what means nothing here:
+    the run's own name (a trial id, already the ``gmts.run_name`` tag) and, for the full-token baseline,
+    the selection fields other than its method."""
+    params = flatten(config)
+    params.pop("name", None)
+    if not _selects(config):
+        params = {k: v for k, v in params.items() if not k.startswith("selection.") or k == "selection.method"}
+    return {**params, **grid_params(config)}
+
+
+def _selects(config: ExperimentConfig) -> bool:
+    method = SELECTION_METHODS.get(config.selection.method)
+    return method is not None and method.score is not None
+
+
+def _dataset_input(name: str, problems: list[Problem], *, context: str) -> DatasetInput:
+    import pandas as pd  # only this needs it (MLflow depends on pandas)
+    from mlflow.data.pandas_dataset import from_pandas
+
+    frame = pd.DataFrame([{"id": p.id, "prompt": p.prompt, "answer": p.answer, "domain": p.domain} for p in problems],
+                         columns=["id", "prompt", "answer", "domain"])
+    dataset = from_pandas(frame, source=CodeDatasetSource({"gmts.data": name}), targets="answer", name=name)
+    return DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag(MLFLOW_DATASET_CONTEXT, context)])
 
 
 class RunTracker:
@@ -53,13 +90,15 @@ class RunTracker:
     def _create_run(self) -> str:
         tracking = self.config.tracking
         experiment = self.client.get_experiment_by_name(tracking.experiment)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(tracking.experiment)
+        # MLflow ≥ 3 shows an experiment of this kind in its "Model training" view (the tag sweeps set too).
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
+            tracking.experiment, tags={"mlflow.experimentKind": "custom_model_development"})
         tags = {"mlflow.runName": tracking.run_name or self.config.name, "gmts.run_name": self.config.name,
                 **tracking.tags}
         if tracking.parent_run_id:
             tags["mlflow.parentRunId"] = tracking.parent_run_id
         run = self.client.create_run(experiment_id, tags=tags)
-        params = {**flatten(self.config), **grid_params(self.config)}
+        params = run_params(self.config)
         self.client.log_batch(run.info.run_id, params=[Param(k, v[:MAX_PARAM_CHARS]) for k, v in params.items()])
         self.log_json(self.config.model_dump(mode="json"), "config/resolved_config.json", run.info.run_id)
         logger.info("MLflow run %s in %s (%s)", run.info.run_id, tracking.experiment, self.uri)
@@ -69,6 +108,13 @@ class RunTracker:
         """Tag the run with its base policy's weight checksum: two runs with the same tag started from the
         same weights, bit for bit (``orchestrator.base_policy``)."""
         self.client.set_tag(self.run_id, "base/checksum", checksum or "unrecorded (a downloaded checkpoint)")
+
+    def log_datasets(self, train: tuple[str, list[Problem]], evaluation: dict[str, list[Problem]]) -> None:
+        """The problems trained and evaluated on, as MLflow datasets (the run's Datasets column): each with a
+        digest of its content, so two runs on the same problems show the same dataset."""
+        inputs = [_dataset_input(*train, context="training")]
+        inputs += [_dataset_input(name, problems, context="evaluation") for name, problems in evaluation.items()]
+        self.client.log_inputs(self.run_id, datasets=inputs)
 
     def reopen(self) -> None:
         """Mark a resumed run as running again (it may have been left FAILED or RUNNING by a crash)."""

@@ -21,6 +21,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="override a config field, e.g. --set selection.recipe=ets-release (repeatable)")
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and one line per step)")
     return parser
 
 
@@ -29,6 +31,7 @@ def _parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     _parser().parse_args()
 
+import contextlib
 import logging
 import sys
 import time
@@ -45,7 +48,8 @@ from orchestrator.base_policy import policy_checksum, prepare_policy
 from orchestrator.cluster import actor_runtime_env, connect
 from orchestrator.config import ExperimentConfig, UnfindableStore
 from orchestrator.config_loader import ConfigError, load_experiment
-from orchestrator.data import PromptSampler, load_dataset
+from orchestrator import console_logs
+from orchestrator.data import BUILTIN_SOURCES, PromptSampler, load_dataset
 from orchestrator.evaluation import BASE_REFERENCE_FILE, BaseReference, base_metrics, base_reference, evaluate
 from orchestrator.resources import bundle_index, run_bundles
 from orchestrator.rollout_step import advantages_of, collect
@@ -179,18 +183,25 @@ def train(
             # Outside a sweep nobody reserved the pairs' shared bundles: do it here, or Ray could put an
             # engine and its learner on different GPUs.
             own_group = placement_group = _reserve_bundles(config)
-        policy_dir = prepare_policy(config)
+        phase = _Phases(config)
+        with phase("preparing the base policy (warm-up on first use, cached after)"):
+            policy_dir = prepare_policy(config)
         tracker.log_base_checksum(policy_checksum(config, policy_dir))
         tokenizer = AutoTokenizer.from_pretrained(policy_dir)
-        sampler = PromptSampler(load_dataset(config.data.train), config.data.prompts_per_step, seed=config.training.seed)
+        train_problems = load_dataset(config.data.train)
+        sampler = PromptSampler(train_problems, config.data.prompts_per_step, seed=config.training.seed)
         eval_sets = {name: load_dataset(spec) for name, spec in config.data.eval.items()}
-        workers = _start_workers(config, policy_dir, placement_group)
+        if not restored:
+            tracker.log_datasets((_dataset_name(config.data.train), train_problems), eval_sets)
+        with phase("starting the rollout engines, learners and reward worker"):
+            workers = _start_workers(config, policy_dir, placement_group)
 
         base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
 
-        def run_eval() -> dict[str, float]:
-            return evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
-                            config.evaluation, base, workers.learners)[0]
+        def run_eval(when: str, timed: bool = False) -> dict[str, float]:
+            with phase(f"evaluating {when} on {', '.join(eval_sets) or 'no eval set'}", timed=timed):
+                return evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
+                                config.evaluation, base, workers.learners)[0]
 
         start_step, next_group_id = 0, 0
         if restored:
@@ -203,15 +214,16 @@ def train(
                 base = BaseReference.load(run_dir / BASE_REFERENCE_FILE)
             logger.info("Resumed from %s (step %d)", folder, start_step)
         else:
-            initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
-                                        config.data.prompt_template, config.evaluation)
-            if config.evaluation.compare_to_base and eval_sets:
-                base = base_reference(eval_sets, answers, workers.rollout, workers.learners, tokenizer,
-                                      config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
-                base.save(run_dir / BASE_REFERENCE_FILE)
+            with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
+                initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
+                                            config.data.prompt_template, config.evaluation)
+                if config.evaluation.compare_to_base and eval_sets:
+                    base = base_reference(eval_sets, answers, workers.rollout, workers.learners, tokenizer,
+                                          config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
+                    base.save(run_dir / BASE_REFERENCE_FILE)
             initial.update(base_metrics(initial))
             tracker.log_step(0, initial)
-            logger.info("step 0 | %s", _fmt(initial))
+            logger.info("%s step 0/%d | %s", config.name, config.training.steps, _fmt(initial))
 
         history: list[dict[str, float]] = []
         batch: TrainBatch | None = None
@@ -219,7 +231,7 @@ def train(
             step_started = time.perf_counter()
             metrics, next_group_id, batch = rl_step(step, config, workers, sampler, tokenizer, next_group_id, batch)
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
-                metrics.update(run_eval())
+                metrics.update(run_eval(f"at step {step}"))
             metrics["reward/failures_total"] = float(workers.reward_failures)
             metrics["time/step"] = time.perf_counter() - step_started
             tracker.log_step(step, metrics)
@@ -235,9 +247,9 @@ def train(
             if on_step is not None:
                 on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
 
-        final = run_eval()
+        final = run_eval(f"after the last step ({config.training.steps})", timed=True)
         tracker.log_step(config.training.steps, final)
-        logger.info("final | %s", _fmt(final))
+        logger.info("%s final | %s", config.name, _fmt(final))
         if batch is not None:
             # The paper's motivating figure: entropy vs exact gradient norm, token by token.
             sample = batch.select(torch.arange(min(DIAGNOSTIC_ANSWERS, batch.batch_size)))
@@ -270,6 +282,31 @@ def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: Pro
     metrics.update(workers.learners.train_step(batch, step))
     metrics["time/sync"] = workers.sync_weights()
     return metrics, next_group_id, batch
+
+
+class _Phases:
+    """Announces the slow start-up and evaluation phases of a run (seconds to minutes each, silent otherwise)
+    with how long each took: "t000 (GMTS-release top-20 % · seed 0): starting the rollout engines … 41 s"."""
+
+    def __init__(self, config: ExperimentConfig) -> None:
+        label = config.tracking.run_name
+        self.who = config.name if not label or label == config.name else f"{config.name} ({label})"
+
+    @contextlib.contextmanager
+    def __call__(self, what: str, *, timed: bool = True):
+        """``timed``: also say when it ended and how long it took (not for the evaluations between steps,
+        whose step line follows at once)."""
+        logger.info("%s: %s …", self.who, what)
+        started = time.perf_counter()
+        yield
+        if timed:
+            logger.info("%s: %s — done in %.0f s", self.who, what, time.perf_counter() - started)
+
+
+def _dataset_name(spec) -> str:
+    """The train set's name in MLflow: its source (a built-in name or a file's stem) and split."""
+    source = Path(spec.source).stem if spec.source not in BUILTIN_SOURCES else spec.source
+    return f"{source}-{spec.resolved_split}"
 
 
 def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIMEOUT_S):
@@ -306,7 +343,7 @@ def _fmt(metrics: dict[str, float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    console_logs.configure(verbose_logs=args.verbose)
     try:
         config = load_experiment(args.config, args.overrides)
         config.tracking_uri()  # refuses a store in Ray's temporary job folder before anything starts

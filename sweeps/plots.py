@@ -5,7 +5,10 @@
   baseline as a dashed line and the base policy as a dotted one;
 - accuracy vs learning rate (when an arm has several): one panel per benchmark, validation and test,
   a line per arm, the lr each arm's validation mean chose circled;
-- learning curves: per-step training metrics, mean over seeds, one line per method/mode/ratio;
+- evaluation curves: the eval metric against the RL step, one panel per test benchmark, one line per arm
+  (mean over seeds) with its 95 % t band where there are several seeds;
+- learning curves: the training reward per step, mean over seeds, one line per method/mode/ratio (for a 0/1
+  reward ``train/accuracy`` is the same number, so it gets no panel of its own);
 - entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch, with the
   within-answer Spearman correlation (the paper's motivating figure).
 """
@@ -22,10 +25,7 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 
 from sweeps.ablation import BASE, AblationResults, Cell, method_rank
-
-METHOD_COLORS = {"base": "k", "none": "0.4", "ets": "tab:blue", "gmts": "tab:red", "gmts_exact": "tab:orange",
-                 "random": "tab:green", "ets-release": "tab:cyan", "ets-8020": "tab:olive", "ets-trl": "tab:gray",
-                 "gmts-release": "tab:pink", "gmts-paper": "tab:brown"}
+from sweeps.labels import method_color
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
 
@@ -62,7 +62,7 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
             for col, mode in enumerate(modes):
                 ax = axes[row][col]
                 for cell in (c for c in mine if c.benchmark == benchmark and c.method == "none"):
-                    ax.axhline(cell.mean, color=METHOD_COLORS["none"], linestyle="--", label="none (all tokens)")
+                    ax.axhline(cell.mean, color=method_color("none"), linestyle="--", label="none (all tokens)")
                 for cell in (c for c in mine if c.benchmark == benchmark and c.method == BASE):
                     ax.axhline(cell.mean, color="k", linestyle=":", label="base (step 0)")
                 methods = sorted({c.method for c in mine if c.mode == mode and c.ratio is not None}, key=method_rank)
@@ -73,7 +73,7 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
                     )
                     ax.errorbar(
                         [c.ratio for c in points], [c.mean for c in points], yerr=[_half_width(c) for c in points],
-                        marker="o", capsize=3, color=METHOD_COLORS.get(method), label=method,
+                        marker="o", capsize=3, color=method_color(method), label=method,
                     )
                 ax.set_title(f"{benchmark} — {mode} ρ")
                 ax.set_xlabel("selection ratio ρ")
@@ -106,7 +106,7 @@ def accuracy_vs_lr(results: AblationResults, path: Path, metric: str = "accuracy
             if not points:
                 continue
             label = method if ratio is None else f"{method} {mode} {ratio:g}"
-            color = METHOD_COLORS.get(method)
+            color = method_color(method)
             ax.errorbar([c.lr for c in points], [c.mean for c in points], yerr=[_half_width(c) for c in points],
                         marker="o", capsize=3, color=color, label=f"{label} ({model_size}, {algorithm})")
             for chosen in (c for c in points if c.selected):
@@ -140,7 +140,7 @@ def learning_curves(curves: list[Curve], path: Path) -> Path | None:
             for curve in sorted(mine, key=lambda c: (method_rank(c.method), c.mode or "", c.ratio or 0.0)):
                 style = "--" if curve.mode == "bottom" else "-"
                 ratios = sorted({c.ratio or 0.0 for c in mine if c.method == curve.method})
-                color = _shade(METHOD_COLORS.get(curve.method, "k"), ratios.index(curve.ratio or 0.0), len(ratios))
+                color = _shade(method_color(curve.method), ratios.index(curve.ratio or 0.0), len(ratios))
                 ax.plot(curve.steps, curve.values, style, color=color, alpha=0.25, linewidth=0.8)
                 ax.plot(curve.steps, _smoothed(curve.values), style, color=color, label=curve.label)
             ax.set_title(f"{metric} — model {section[0]}, {section[1]}")
@@ -150,6 +150,46 @@ def learning_curves(curves: list[Curve], path: Path) -> Path | None:
             if mine:
                 ax.legend(fontsize=7)
     fig.suptitle(f"Learning curves (mean over seeds; faint: raw, bold: moving average over {SMOOTHING} steps)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+@dataclass(frozen=True)
+class EvalCurve:
+    """One arm's eval metric against the step: the mean over seeds and its 95 % t band at each step."""
+
+    model_size: str
+    algorithm: str
+    benchmark: str
+    method: str
+    label: str
+    steps: list[int]
+    mean: list[float]
+    low: list[float | None]  # None where only one seed reached the step
+    high: list[float | None]
+
+
+def eval_curves(curves: list[EvalCurve], path: Path, metric: str = "accuracy") -> Path | None:
+    if not curves:
+        return None
+    panels = sorted({(c.model_size, c.algorithm, c.benchmark) for c in curves})
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.4), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        mine = sorted((c for c in curves if (c.model_size, c.algorithm, c.benchmark) == panel),
+                      key=lambda c: (method_rank(c.method), c.label))
+        for curve in mine:
+            color = method_color(curve.method)
+            ax.plot(curve.steps, curve.mean, "o-", color=color, label=curve.label, markersize=4)
+            banded = [(s, lo, hi) for s, lo, hi in zip(curve.steps, curve.low, curve.high, strict=True) if lo is not None]
+            if banded:
+                steps, low, high = zip(*banded, strict=True)
+                ax.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+        ax.set_title(f"{panel[2]} — model {panel[0]}, {panel[1]}")
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(f"eval {metric}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"Evaluation {metric} during training (mean over seeds; band: 95 % t interval where n ≥ 2)")
     fig.tight_layout()
     return _save(fig, path)
 

@@ -43,16 +43,22 @@ from rich.console import Console
 
 from sweeps import plots
 from sweeps.ablation import AblationResults, ablation
-from sweeps.results import SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
-from sweeps.table_views import LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_rich, wide_tables
-from sweeps.tracking import default_tracking_uri
+from sweeps.labels import arm_label
+from sweeps.results import EVAL_METRIC, SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
+from sweeps.statistics import t_interval
+from sweeps.table_views import (LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_note, to_rich,
+                               wide_tables)
+from sweeps.parent_summary import compare_url, log_summary, run_url
+from sweeps.tracking import DESCRIPTION_TAG, default_tracking_uri
 from workers.learner.recipes import is_gmts_like
 
 logger = logging.getLogger(__name__)
 
 ARTIFACT_DIR = "ablation"
+TABLE_ARTIFACT = "Ablation.html"  # the table again, at the root of the parent's artifacts
 TOKEN_STATS_ARTIFACT = "diagnostics/token_stats.json"
-CURVE_METRICS = ("reward/mean", "train/accuracy")
+# The training curve: for a 0/1 reward train/accuracy is the same number as reward/mean (no second panel).
+CURVE_METRICS = ("reward/mean",)
 
 
 class AnswerTokens(BaseModel):
@@ -81,6 +87,9 @@ class Report:
     folder: Path
     files: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    summary: dict[str, float] = field(default_factory=dict)  # the metrics logged on the parent run
+    experiment_id: str = ""
+    child_run_ids: list[str] = field(default_factory=list)  # the finished trials' runs
 
 
 def ablation_results(tracking_uri: str, parent_run_id: str) -> dict:
@@ -95,7 +104,8 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
     runs = read_sweep(client, parent)
     results = ablation(runs)
     tables = wide_tables(results, metric)
-    report = Report(results, tables, folder)
+    report = Report(results, tables, folder, experiment_id=runs.experiment_id,
+                    child_run_ids=[t.run_id for t in runs.trials])
     folder.mkdir(parents=True, exist_ok=True)
     views = {
         "ablation.csv": to_csv(results),
@@ -114,6 +124,11 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
             c.split == "validation" for c in results.cells):
         report.notes.append("arms with several lrs but no validation benchmark: no lr chosen (the table would "
                             "otherwise pick on test); add an eval set with split: validation")
+    evaluation = plots.eval_curves(eval_curves(client, runs, metric), folder / "eval_curves.png", metric)
+    if evaluation is not None:
+        report.files.append(evaluation)
+    else:
+        report.notes.append(f"evaluation curves: no finished trial logged eval/<benchmark>/{metric}")
     curves = plots.learning_curves(learning_curves(client, runs), folder / "learning_curves.png")
     if curves is not None:
         report.files.append(curves)
@@ -125,7 +140,14 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
     if upload:
         if report.notes:
             (folder / "notes.txt").write_text("\n".join(report.notes) + "\n")
+        # The table first: the run's root artifacts list in name order, capitals before the folders.
+        with tempfile.TemporaryDirectory(prefix="gmts-report-") as tmp:
+            table = Path(tmp) / TABLE_ARTIFACT
+            table.write_text(views["ablation.html"])
+            client.log_artifact(parent.info.run_id, str(table))
         client.log_artifacts(parent.info.run_id, str(folder), artifact_path=ARTIFACT_DIR)
+        note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""))
+        report.summary = log_summary(client, parent.info.run_id, results, note, metric=metric)
     return report
 
 
@@ -142,6 +164,28 @@ def learning_curves(client: MlflowClient, runs: SweepRuns) -> list[plots.Curve]:
         steps = sorted(by_step)
         values = [sum(by_step[s]) / len(by_step[s]) for s in steps]
         curves.append(plots.Curve(model_size, algorithm, method, mode, ratio, metric, steps, values))
+    return curves
+
+
+def eval_curves(client: MlflowClient, runs: SweepRuns, metric: str = "accuracy") -> list[plots.EvalCurve]:
+    """Per arm and test benchmark: the eval metric at each evaluated step, mean and 95 % t band over seeds."""
+    pooled: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    several_lrs = len({t.point.lr for t in runs.trials}) > 1
+    for trial in runs.trials:
+        p = trial.point
+        benchmarks = sorted({m["benchmark"] for key in trial.final if (m := EVAL_METRIC.match(key))
+                             and m["metric"] == metric and m["benchmark"] not in trial.validation})
+        for benchmark in benchmarks:
+            arm = (p.model_size, p.algorithm, benchmark, p.method, p.mode, p.ratio, p.lr if several_lrs else None)
+            for step, value in metric_history(client, trial.run_id, f"eval/{benchmark}/{metric}"):
+                pooled[arm][step].append(value)
+    curves = []
+    for (model_size, algorithm, benchmark, method, mode, ratio, lr), by_step in pooled.items():
+        steps = sorted(by_step)
+        estimates = [t_interval(by_step[s]) for s in steps]
+        curves.append(plots.EvalCurve(model_size, algorithm, benchmark, method, arm_label(method, mode, ratio, lr=lr),
+                                      steps, [e.mean for e in estimates], [e.low for e in estimates],
+                                      [e.high for e in estimates]))
     return curves
 
 
@@ -209,9 +253,15 @@ def print_report(report: Report, tracking_uri: str, console: Console, metric: st
     for note in report.notes:
         console.print(f"[dim]note: {note}[/]", soft_wrap=True)
     parent = report.results.parent_run_id
-    console.print(f"Report: artifacts '{ARTIFACT_DIR}/' of parent run {parent}", soft_wrap=True)
+    console.print(f"Report: artifacts {TABLE_ARTIFACT} and '{ARTIFACT_DIR}/' of parent run {parent}", soft_wrap=True)
     console.print(f"MLflow UI: {ui_command(tracking_uri)}", soft_wrap=True, highlight=False)
-    console.print(f"  filter the children with:  tags.mlflow.parentRunId = '{parent}'", soft_wrap=True, highlight=False)
+    if report.experiment_id:
+        console.print(f"  the answer (parent run):  {run_url(tracking_uri, report.experiment_id, parent)}",
+                      soft_wrap=True, highlight=False)
+    if report.child_run_ids:
+        console.print(f"  compare the trials:       "
+                      f"{compare_url(tracking_uri, report.experiment_id, report.child_run_ids)}",
+                      soft_wrap=True, highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:

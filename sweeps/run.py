@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sweep-id", help="id of the new sweep (folders, gmts.sweep_id tag, parent run name); "
                         "default <spec name>-<UTC time>. The API passes its own sw-… id")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and one line per step)")
     return parser
 
 
@@ -36,7 +38,6 @@ def _parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     _parser().parse_args()
 
-import logging
 import os
 import shlex
 import sys
@@ -45,8 +46,10 @@ from mlflow import MlflowClient
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator import console_logs
 from orchestrator.config_loader import ConfigError
 from sweeps.report import build_report, print_report
+from sweeps.labels import trial_label
 from sweeps.runner import PreparedSweep, prepare_sweep, run_sweep
 from sweeps.spec import AXES, load_spec
 
@@ -58,7 +61,7 @@ EXIT_INTERRUPTED = 3
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    console_logs.configure(verbose_logs=args.verbose)
     console = Console()
     try:
         spec = load_spec(args.spec, args.set)
@@ -95,10 +98,11 @@ def _print_plan(prepared: PreparedSweep, console: Console) -> None:
     table = Table(title=f"{verb} sweep {prepared.record.sweep_id} ({len(prepared.trials)} trials)")
     axes = [axis for axis in AXES if any(axis in t.point for t in prepared.trials)]
     table.add_column("trial")
+    table.add_column("run name (MLflow, Tune)")
     for axis in axes:
         table.add_column(axis)
     for trial in prepared.trials:
-        table.add_row(trial.name, *(str(trial.point.get(axis, "—")) for axis in axes))
+        table.add_row(trial.name, trial_label(trial.point), *(str(trial.point.get(axis, "—")) for axis in axes))
     console.print(table)
     console.print(f"MLflow: {prepared.record.tracking_uri}   files: {prepared.layout.sweep_dir}", highlight=False)
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import ray
 from mlflow import MlflowClient
 
+from orchestrator import console_logs
 from orchestrator.config_loader import ConfigError
 from orchestrator.resources import run_bundles
+from sweeps.labels import method_color, trial_label
 from sweeps.layout import SweepLayout, SweepRecord, find_record, new_record, save_record
 from sweeps.spec import SweepSpec, Trial, expand, trial_name
 from sweeps.tracking import (
@@ -32,6 +34,8 @@ from sweeps.trainable import FINAL_KEY
 from sweeps.tuner import TRIAL_KEY, build_tuner, can_restore, restore_tuner
 
 logger = logging.getLogger(__name__)
+
+RUN_COLOR_TAG = "mlflow.runColor"  # the run's colour in MLflow's charts: one per method, as in the plots
 
 
 @dataclass(frozen=True)
@@ -122,12 +126,13 @@ def nest_trials(trials: list[Trial], record: SweepRecord, parent_run_id: str) ->
             update={
                 "tracking_uri": record.tracking_uri,
                 "parent_run_id": parent_run_id,
-                "run_name": trial.config.tracking.run_name or trial_name(trial.point),
+                "run_name": trial.config.tracking.run_name or trial_label(trial.point),
                 "tags": {
                     **trial.config.tracking.tags,
                     SWEEP_ID_TAG: record.sweep_id,
                     SPEC_NAME_TAG: record.spec_name,
                     TRIAL_TAG: trial.name,
+                    RUN_COLOR_TAG: method_color(trial.config.selection.label),
                 },
             }
         )
@@ -138,16 +143,20 @@ def nest_trials(trials: list[Trial], record: SweepRecord, parent_run_id: str) ->
 
 def connect_ray(address: str | None) -> bool:
     """Connect to ``address`` or $RAY_ADDRESS (e.g. inside ``ray job submit``), else start an
-    embedded local Ray (never attaching to some other local cluster). True if we started it."""
+    embedded local Ray (never attaching to some other local cluster). True if we started it.
+
+    Ray's own INFO lines stay off, and the workers get the console choice (``orchestrator.console_logs``);
+    inside a submitted job the job's runtime_env is the submitter's, so only the environment carries it."""
     if ray.is_initialized():
         return False
+    quiet = {"logging_level": logging.INFO if console_logs.verbose() else logging.WARNING}
     if address:
-        ray.init(address=address)
+        ray.init(address=address, runtime_env=console_logs.runtime_env(), **quiet)
         return False
     if os.environ.get("RAY_ADDRESS"):
-        ray.init()
+        ray.init(**quiet)
         return False
-    ray.init(address="local")
+    ray.init(address="local", runtime_env=console_logs.runtime_env(), **quiet)
     return True
 
 

@@ -112,10 +112,23 @@ def _row_label(cell: Cell) -> str:
 def to_markdown(results: AblationResults, tables: list[WideTable]) -> str:
     lines = [f"# Ablation: sweep {results.sweep_id}", "", summary(results), ""]
     for table in tables:
-        header = ["method", "mode"] + [f"ρ={r} {b}" if r != ALL_TOKENS else f"{r} {b}" for r, b in table.columns]
-        lines += [f"## {table.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join([m, mode, *texts]) + " |" for m, mode, texts in table.rows]
-        lines.append("")
+        lines += [f"## {table.title}", "", *_markdown_rows(table), ""]
+    return "\n".join(lines)
+
+
+def _markdown_rows(table: WideTable) -> list[str]:
+    header = ["method", "mode"] + [f"ρ={r} {b}" if r != ALL_TOKENS else f"{r} {b}" for r, b in table.columns]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join([m, mode, *texts]) + " |" for m, mode, texts in table.rows)]
+
+
+def to_note(results: AblationResults, tables: list[WideTable], description: str = "") -> str:
+    """The parent run's description (Markdown, shown collapsed to a few lines by the MLflow UI): the
+    tables first, each followed by its title in small print, then the trials' count and the spec's text."""
+    lines: list[str] = []
+    for table in tables:
+        lines += [*_markdown_rows(table), "", f"*{table.title}*", ""]
+    lines.append(summary(results) + (f". {description.strip()}" if description.strip() else ""))
     return "\n".join(lines)
 
 

@@ -25,6 +25,12 @@ SWEEP_ID_TAG = "gmts.sweep_id"
 SPEC_NAME_TAG = "gmts.spec"
 TRIAL_TAG = "gmts.trial"
 PARENT_TAG = "mlflow.parentRunId"
+DESCRIPTION_TAG = "gmts.description"  # the spec's description (the run's note becomes it plus the table)
+# MLflow ≥ 3 shows an experiment of this kind in its "Model training" view (when its sidebar has no
+# GenAI / Model training switch; with the switch, the URLs the sweep prints carry workflowType instead).
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+PARENT_COLOR = "#000000"  # the parent's colour in MLflow's charts, apart from every method's (sweeps.labels)
 DISTRIBUTION = "gmts-lab"
 
 
@@ -60,9 +66,11 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | Non
     """
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
+        if EXPERIMENT_KIND_TAG not in experiment.tags:
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return experiment.experiment_id
     location = None if artifact_root is None else Path(artifact_root).resolve().as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
 
 
 def artifact_root_for(tracking_uri: str, output_dir: Path) -> Path | None:
@@ -121,7 +129,8 @@ def open_parent_run(
     run = client.create_run(
         experiment_id,
         run_name=sweep_id,
-        tags={SWEEP_ID_TAG: sweep_id, SPEC_NAME_TAG: spec.name, "mlflow.note.content": spec.description},
+        tags={SWEEP_ID_TAG: sweep_id, SPEC_NAME_TAG: spec.name, "mlflow.note.content": spec.description,
+              DESCRIPTION_TAG: spec.description, "mlflow.runColor": PARENT_COLOR},
     )
     params = {
         "spec_name": spec.name,

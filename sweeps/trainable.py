@@ -19,6 +19,7 @@ from typing import Any
 
 from ray import tune
 
+from orchestrator import console_logs
 from orchestrator.config import ExperimentConfig
 from orchestrator.resources import run_bundles
 
@@ -76,10 +77,12 @@ def _short(metrics: dict[str, float], limit: int = 4) -> str:
 
 
 def _log_to_console() -> None:
-    """Trial processes are fresh Ray workers: send INFO lines to stderr, which Ray forwards to the driver."""
+    """Trial processes are fresh Ray workers: send our INFO lines to stderr, which Ray forwards to the driver
+    (the worker setup hook silenced INFO in every Ray worker; a trial prints its run's progress)."""
+    console_logs.restore_info()
     root = logging.getLogger()
     if not any(isinstance(h, logging.StreamHandler) for h in root.handlers):
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s", "%H:%M:%S"))
+        handler.setFormatter(logging.Formatter(console_logs.FORMAT, console_logs.DATE_FORMAT))
         root.addHandler(handler)
     root.setLevel(logging.INFO)

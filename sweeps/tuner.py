@@ -14,7 +14,8 @@ from typing import Any
 from ray import tune
 
 from sweeps.layout import SweepLayout
-from sweeps.spec import SweepSpec, Trial, trial_name
+from sweeps.labels import trial_label
+from sweeps.spec import SweepSpec, Trial
 from sweeps.trainable import run_trial, trial_resources
 
 TRIAL_KEY = "trial"
@@ -55,11 +56,11 @@ def restore_tuner(trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
 
 
 def _labels(trials: list[Trial]) -> dict[str, str]:
-    return {trial.name: f"{trial.name} {trial_name(trial.point)}" for trial in trials}
+    return {trial.name: f"{trial_label(trial.point)} ({trial.name.rsplit('-', 1)[-1]})" for trial in trials}
 
 
 def _status_name(labels: dict[str, str], trial: Any) -> str:
-    """Tune's status table names a trial by its grid point (method or recipe, ratio, …), not only ``t000``."""
+    """Tune's status table names a trial by what it is ("GMTS-release top-20 % · seed 0 (t002)"), not ``t002``."""
     return labels.get(trial.config.get(TRIAL_KEY), str(trial))
 
 

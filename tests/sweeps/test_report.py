@@ -146,9 +146,14 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
 
     listed = {a.path for a in client.list_artifacts(store["parent_id"], "ablation")}
     expected = {"ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
-                "learning_curves.png", "entropy_vs_gradnorm.png"}
+                "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png"}
     assert listed == {f"ablation/{name}" for name in expected}
-    for png in ("accuracy_vs_ratio.png", "learning_curves.png", "entropy_vs_gradnorm.png"):
+    # The table is the parent's first artifact (the UI lists them in name order).
+    root = [a.path for a in client.list_artifacts(store["parent_id"])]
+    assert root[0] == "Ablation.html" and sorted(root) == root
+    assert "<th colspan='2'>ρ = 0.2</th>" in Path(client.download_artifacts(store["parent_id"], "Ablation.html",
+                                                                            str(store["tmp"]))).read_text()
+    for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png"):
         image = matplotlib.image.imread(folder / png)
         assert image.shape[0] > 200 and image.shape[1] > 200
 
@@ -157,9 +162,46 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def test_parent_run_carries_the_answer(store: dict) -> None:
+    """The summary metrics are the ablation cells' own numbers, and the run's note holds the table."""
+    client = store["client"]
+    build_report(client, client.get_run(store["parent_id"]), store["tmp"] / "answer")
+    parent = client.get_run(store["parent_id"])
+    metrics, cells = parent.data.metrics, ablation_results(store["uri"], store["parent_id"])
+    gmts = _cell(cells, method="gmts", mode="top", ratio=0.2, benchmark="arithmetic", metric="accuracy")
+    prefix = "accuracy/arithmetic/gmts_top0.2"
+    assert metrics[f"{prefix}/mean"] == pytest.approx(0.45, abs=1e-12)
+    assert metrics[f"{prefix}/n"] == 2
+    assert (metrics[f"{prefix}/ci_low"], metrics[f"{prefix}/ci_high"]) == pytest.approx((gmts["ci_low"], gmts["ci_high"]))
+    assert metrics[f"{prefix}/delta_vs_ets"] == pytest.approx(0.10, abs=1e-12)
+    assert metrics[f"{prefix}/delta_ci_low"] == pytest.approx(gmts["delta_ci_low"])
+    assert metrics["accuracy/arithmetic/ets_top0.2/mean"] == pytest.approx(0.35, abs=1e-12)
+    assert metrics["accuracy/arithmetic/ets_bottom0.2/mean"] == pytest.approx(0.05, abs=1e-12)
+    assert metrics["accuracy/arithmetic/none/mean"] == pytest.approx(0.30, abs=1e-12)
+    assert "accuracy/arithmetic/none/ci_low" in metrics and "accuracy/arithmetic/none/delta_vs_ets" not in metrics
+    assert metrics["accuracy/arithmetic/base/mean"] == pytest.approx(0.2)
+    assert "accuracy/arithmetic/gmts_top0.5/ci_low" not in metrics  # one seed: no interval, none invented
+    assert not any(key.startswith("pass_at_1/") for key in metrics)  # the report's metric only
+    note = parent.data.tags["mlflow.note.content"]
+    assert "| gmts | top | 45.0 ± 63.5 (Δ +10.0 ± 0.0) |" in note
+
+
+def test_eval_curves_mean_and_band_over_seeds(store: dict) -> None:
+    client = store["client"]
+    curves = report_cli.eval_curves(client, read_sweep(client, client.get_run(store["parent_id"])))
+    ets = next(c for c in curves if (c.benchmark, c.label) == ("arithmetic", "ETS top-20 %"))
+    assert ets.steps == [0, FINAL_STEP]
+    assert ets.mean == pytest.approx([0.01, 0.35], abs=1e-12)
+    assert ets.low[1] == pytest.approx(0.35 - 12.7062047 * statistics.stdev([0.30, 0.40]) / 2**0.5, abs=1e-6)
+    lone = next(c for c in curves if c.label == "GMTS top-50 %")
+    assert lone.low == [None, None]  # one seed: no band
+    assert {c.label for c in curves if c.benchmark == "gsm8k"} == {c.label for c in curves if c.benchmark == "arithmetic"}
+
+
 def test_learning_curves_average_seeds(store: dict) -> None:
     client = store["client"]
     curves = report_cli.learning_curves(client, read_sweep(client, client.get_run(store["parent_id"])))
+    assert {c.metric for c in curves} == {"reward/mean"}  # train/accuracy repeats it for a 0/1 reward
     ets = next(c for c in curves if (c.method, c.mode, c.ratio, c.metric) == ("ets", "top", 0.2, "reward/mean"))
     assert ets.steps == [1, 2, 3]
     assert ets.values == pytest.approx([0.1 * s + 0.005 for s in (1, 2, 3)], abs=1e-12)  # seeds 0 and 1
@@ -192,6 +234,12 @@ def test_report_cli_prints_the_table(store: dict, capsys, monkeypatch) -> None:
     out = capsys.readouterr().out
     assert "45.0 ± 63.5 (Δ +10.0 ± 0.0)" in out
     assert f"mlflow ui --backend-store-uri {store['uri']}" in out
+    experiment_id = store["client"].get_run(store["parent_id"]).info.experiment_id
+    assert f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs/{store['parent_id']}?workflowType=machine_learning" in out
+    compare = next(line for line in out.splitlines() if "compare the trials:" in line).split()[-1]
+    children = read_sweep(store["client"], store["client"].get_run(store["parent_id"])).trials
+    assert compare.startswith("http://127.0.0.1:5000/#/compare-runs?runs=")
+    assert all(child.run_id in compare for child in children) and len(children) == 8
     assert report_cli.main(["no-such-sweep", "--tracking-uri", store["uri"]]) == 2
 
 

@@ -1,4 +1,4 @@
-"""Tune's status table names each trial by its grid point (the method or recipe), not only by t000."""
+"""Tune's status table names each trial by what it is (the method or recipe and its share of tokens), not t000."""
 
 from types import SimpleNamespace
 
@@ -12,4 +12,4 @@ def test_status_names_say_the_method_or_recipe():
     trials = expand(spec)
     labels = _labels(trials)
     names = [_status_name(labels, SimpleNamespace(config={TRIAL_KEY: trial.name})) for trial in trials]
-    assert names == ["demo-t000 method=none", "demo-t001 method=ets-release,ratio=0.2"]
+    assert names == ["All tokens (t000)", "ETS-release top-20 % (t001)"]

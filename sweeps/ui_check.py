@@ -1,0 +1,156 @@
+"""Look at a sweep in the MLflow UI as a user would: a real ``mlflow ui`` on loopback, a headless Chromium.
+
+    python -m sweeps.ui_check SWEEP [--tracking-uri URI] [--screenshots DIR]
+
+Opens the sweep's parent run and the compare view of its trials (the two URLs the sweep's end prints),
+checks that the parent's page shows its summary metrics and the ablation table and that the compare view
+names every trial, and (``--screenshots``) saves both pages as PNGs. Needs ``chromium`` (Debian's
+package) on PATH. Exit status 0 when everything was visible, 1 when something was not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+
+from sweeps.parent_summary import compare_url, run_url
+from sweeps.results import find_parent, read_sweep
+
+# Virtual time Chromium grants the page before dumping it: the UI fetches the run, then renders.
+RENDER_BUDGET_MS = 30_000
+WINDOW = (1500, 1100)
+UI_START_TIMEOUT_S = 180.0  # `mlflow ui` takes ~30 s to start on 2 busy cores
+
+
+@dataclass(frozen=True)
+class PageCheck:
+    url: str
+    expected: list[str]  # texts that must be on the rendered page
+    missing: list[str]
+    screenshot: Path | None = None
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if path := shutil.which(name):
+            return path
+    raise FileNotFoundError("no chromium on PATH (Debian: apt-get install chromium)")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def mlflow_ui(tracking_uri: str) -> Iterator[str]:
+    """``mlflow ui`` over ``tracking_uri`` on a free loopback port; yields its base URL, stops it after."""
+    port = _free_port()
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host",
+                             "127.0.0.1", "--port", str(port), "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + UI_START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"mlflow ui exited with {proc.returncode}: {log.read().decode()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{base}/health", timeout=5) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"mlflow ui did not answer on {base} within {UI_START_TIMEOUT_S:.0f} s")
+            time.sleep(1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def render(url: str, screenshot: Path | None = None) -> str:
+    """The page's text after its scripts ran (a fresh profile: no view remembered from an earlier visit)."""
+    with tempfile.TemporaryDirectory(prefix="gmts-chromium-") as profile:
+        common = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                  f"--virtual-time-budget={RENDER_BUDGET_MS}"]
+        dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=180, check=True).stdout
+        if screenshot is not None:
+            screenshot.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=180, check=True)
+    return _text(dom)
+
+
+def _text(dom: str) -> str:
+    """Visible text, roughly: scripts and styles dropped, tags removed, whitespace collapsed."""
+    dom = re.sub(r"(?is)<(script|style)\b.*?</\1>", " ", dom)
+    text = re.sub(r"<[^>]+>", " ", dom)
+    for entity, char in (("&amp;", "&"), ("&lt;", "<"), ("&gt;", ">"), ("&nbsp;", " "), ("&#x27;", "'"),
+                         ("&quot;", '"')):
+        text = text.replace(entity, char)
+    return re.sub(r"\s+", " ", text)
+
+
+def check_sweep(tracking_uri: str, sweep: str, screenshots: Path | None = None) -> list[PageCheck]:
+    """Render the parent run and the compare view; report what each page was expected to show and did not."""
+    client = MlflowClient(tracking_uri)
+    parent = find_parent(client, sweep)
+    runs = read_sweep(client, parent)
+    summary = sorted(k for k in parent.data.metrics if k.endswith("/mean"))
+    if not summary:
+        raise ValueError(f"parent run {parent.info.run_id} has no summary metrics (run sweeps.report first)")
+    # The ablation table's first number column, row by row, as the run's description shows it.
+    table_cells = [line.split("|")[3].strip() for line in parent.data.tags.get("mlflow.note.content", "").splitlines()
+                   if line.startswith("| ") and not line.startswith("| method ")]
+    checks = []
+    with mlflow_ui(tracking_uri) as base:
+        pages = [
+            (run_url(base, runs.experiment_id, parent.info.run_id), [*summary[:3], *table_cells],
+             "parent_run.png"),
+            (compare_url(base, runs.experiment_id, [t.run_id for t in runs.trials]),
+             [client.get_run(t.run_id).info.run_name for t in runs.trials], "compare_trials.png"),
+        ]
+        for url, expected, png in pages:
+            shot = None if screenshots is None else screenshots / png
+            text = render(url, shot)
+            checks.append(PageCheck(url, expected, [e for e in expected if e not in text], shot))
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sweeps.ui_check", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="sweep id, spec name (newest sweep) or parent run id")
+    parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///runs/mlflow.db"))
+    parser.add_argument("--screenshots", type=Path, help="save parent_run.png and compare_trials.png here")
+    args = parser.parse_args(argv)
+    checks = check_sweep(args.tracking_uri, args.sweep, args.screenshots)
+    for check in checks:
+        state = "ok" if not check.missing else f"MISSING {check.missing}"
+        print(f"{state}: {check.url}" + (f" → {check.screenshot}" if check.screenshot else ""))
+    return 0 if all(not c.missing for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
