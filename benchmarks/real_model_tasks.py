@@ -56,12 +56,13 @@ _NUMBER_ONLY = PromptTemplateConfig(kind="chat", instructions={"math": "Answer w
 _TERSE = PromptTemplateConfig(kind="chat", system_prompt=TERSE_SYSTEM, instructions={"math": ""})
 _BOXED = PromptTemplateConfig(kind="chat")  # the default: "Please reason step by step, … \\boxed{}."
 
+# In the order they are measured: the task of the cpu-smollm2-arith preset first.
 CANDIDATES = (
+    Candidate("add-2digit-terse-system", _question(2, ["+"]), _TERSE, f"system message {TERSE_SYSTEM!r}"),
     Candidate("add-1digit", _question(1, ["+", "-", "*"], "train"), _NO_INSTRUCTION,
               "1-digit + - * (all of the train split: the test split of 1-digit holds 30 problems)"),
     Candidate("add-2digit", _question(2, ["+"]), _NO_INSTRUCTION, "What is a + b? with 2-digit operands"),
     Candidate("add-2digit-number-only", _question(2, ["+"]), _NUMBER_ONLY, "… + 'Answer with the number only.'"),
-    Candidate("add-2digit-terse-system", _question(2, ["+"]), _TERSE, f"system message {TERSE_SYSTEM!r}"),
     Candidate("add-2digit-boxed", _question(2, ["+"]), _BOXED, "the default step-by-step + \\boxed{} instruction"),
     Candidate("addsub-2digit-terse-system", _question(2, ["+", "-"]), _TERSE, "2-digit + and -, terse system"),
     Candidate("rg-basic-arithmetic", DatasetSpec(
