@@ -60,7 +60,7 @@ _BOXED = PromptTemplateConfig(kind="chat")  # the default: "Please reason step b
 CANDIDATES = (
     Candidate("add-2digit-terse-system", _question(2, ["+"]), _TERSE, f"system message {TERSE_SYSTEM!r}"),
     Candidate("add-1digit", _question(1, ["+", "-", "*"], "train"), _NO_INSTRUCTION,
-              "1-digit + - * (all of the train split: the test split of 1-digit holds 30 problems)"),
+              "1-digit + - *: the 175 problems of the default train split (all 1-digit splits hold 231)"),
     Candidate("add-2digit", _question(2, ["+"]), _NO_INSTRUCTION, "What is a + b? with 2-digit operands"),
     Candidate("add-2digit-number-only", _question(2, ["+"]), _NUMBER_ONLY, "… + 'Answer with the number only.'"),
     Candidate("add-2digit-boxed", _question(2, ["+"]), _BOXED, "the default step-by-step + \\boxed{} instruction"),
