@@ -1,6 +1,11 @@
-"""Procedural integer arithmetic (``"23+45="`` → ``"68"``) for the tiny character-level model.
+"""Procedural integer arithmetic: ``"23+45="`` → ``"68"`` for the tiny character-level model, or
+``"What is 23 + 45?"`` for chat models.
 
-Prompts and answers use only ``0123456789+-*=``, the characters the tiny model's tokenizer knows.
+Equation prompts and answers use only ``0123456789+-*=``, the characters the tiny model's tokenizer knows.
+Question prompts are scored in the ``math`` domain (the completion's final answer, see
+``workers/reward/math_verifier.py``): a chat model restates the question ("23 + 45 = 68"), so the leading
+integer would be the question's. There, a problem whose answer equals one of its operands is left out: a
+completion that merely restates "0 + 7" would otherwise end with the right number.
 Which split a problem belongs to depends on its operands alone (a hash), never on the seed: every seed's
 training set is disjoint from every seed's validation and test sets, and those two from each other. For ``+`` and ``*`` the hash ignores operand order,
 so ``23+45`` and ``45+23`` are always on the same side and the test set measures more than commutativity.
@@ -12,7 +17,7 @@ import hashlib
 import logging
 import random
 
-from orchestrator.data.config import ArithmeticOptions, Split
+from orchestrator.data.config import ArithmeticOptions, ArithmeticStyle, Split
 from workers.problem import Problem
 
 logger = logging.getLogger(__name__)
@@ -53,12 +58,14 @@ def arithmetic_problems(
     else:
         triples = _sample_split(options, split, limit, seed, total_triples)
     logger.debug("arithmetic: %d %s problems (digits=%d)", len(triples), split, options.digits)
-    return [_problem(triple) for triple in triples]
+    return [_problem(triple, options.style) for triple in triples]
 
 
 def _in_split(triple: Triple, options: ArithmeticOptions, split: Split) -> bool:
     operation, a, b = triple
     if operation == "-" and not options.allow_negative_results and a < b:
+        return False
+    if options.style == "question" and _result(triple) in (a, b):
         return False
     return split_of(operation, a, b, options.test_fraction, options.validation_fraction) == split
 
@@ -102,14 +109,19 @@ def _sample_split(
     return list(chosen)
 
 
-def _problem(triple: Triple) -> Problem:
+def _result(triple: Triple) -> int:
     operation, a, b = triple
-    result = {"+": a + b, "-": a - b, "*": a * b}[operation]
+    return {"+": a + b, "-": a - b, "*": a * b}[operation]
+
+
+def _problem(triple: Triple, style: ArithmeticStyle) -> Problem:
+    operation, a, b = triple
     expression = f"{a}{operation}{b}"
+    question = style == "question"
     return Problem(
         id=f"arithmetic-{expression}",
-        prompt=f"{expression}=",
-        answer=str(result),
-        domain="arithmetic",
+        prompt=f"What is {a} {operation} {b}?" if question else f"{expression}=",
+        answer=str(_result(triple)),
+        domain="math" if question else "arithmetic",
         metadata={"operation": operation, "operands": [a, b]},
     )

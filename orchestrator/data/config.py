@@ -46,15 +46,29 @@ FILE_SUFFIXES = (".jsonl", ".parquet")
 
 Split = Literal["train", "validation", "test"]
 ArithmeticOperation = Literal["+", "-", "*"]
+ArithmeticStyle = Literal["equation", "question"]
 
 # Eval-set names become MLflow metric prefixes (``eval/<name>/accuracy``): keep them to safe characters.
 EVAL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class ArithmeticOptions(BaseModel):
-    """Options of the procedural ``arithmetic`` source (prompts like ``"23+45="`` for the tiny model)."""
+    """Options of the procedural ``arithmetic`` source.
+
+    ``style="equation"``: ``"23+45="`` → ``"68"`` in the ``arithmetic`` domain, for the character-level model.
+    ``style="question"``: ``"What is 23 + 45?"`` in the ``math`` domain (its final-answer rules), for chat
+    models; problems whose answer equals one of their operands (``0 + 7``, ``1 * 7``, ``8 - 4``) are left
+    out, so that restating the question in any words never contains the answer.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    style: ArithmeticStyle = Field(
+        default="equation",
+        description="'equation': \"23+45=\" for the tiny model (arithmetic domain, the leading integer counts); "
+        "'question': \"What is 23 + 45?\" for chat models (math domain, the final answer counts; problems whose "
+        "answer equals an operand are left out).",
+    )
 
     digits: int = Field(default=2, ge=1, le=3, description="Operands are drawn from 0 … 10**digits - 1.")
     operations: tuple[ArithmeticOperation, ...] = Field(default=("+",), min_length=1)
