@@ -319,3 +319,13 @@ def test_bad_zoo_config_names_the_field(kwargs, field):
 def test_every_registered_method_says_what_it_is():
     for name, method in SELECTION_METHODS.items():
         assert method.family and method.weight and method.changes and method.reference, name
+
+
+def test_docs_methods_has_a_row_and_a_card_for_every_registered_method():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[3] / "docs" / "methods.md").read_text()
+    for name, method in SELECTION_METHODS.items():
+        assert f"| `{name}` | {method.family} |" in text, name
+        if name not in ("none", "random"):
+            assert f"`{name}`" in text.split("## Method cards", 1)[1], name
