@@ -119,6 +119,9 @@ class SelectionMethod:
     weight: str = ""
     changes: str = ""
     reference: str = ""
+    # What ρ counts: the kept share for top-ρ selection; the treated share for the token methods (a report
+    # may then show ρ beside the method rather than as a column of kept shares).
+    ratio_means: str = "share of eligible tokens kept"
 
 
 SELECTION_METHODS: dict[str, SelectionMethod] = {}
@@ -371,7 +374,7 @@ def _keep_best(scores: torch.Tensor, eligible: torch.Tensor, group_ids: torch.Te
 
 
 register_selection_method(  # the full-token baseline: every response token kept
-    "none", uses_ratio=False, family="baseline", weight="—", changes="nothing: every response token",
+    "none", uses_ratio=False, ratio_means="", family="baseline", weight="—", changes="nothing: every response token",
     reference="GRPO / DAPO")(None)
 
 
@@ -473,19 +476,22 @@ def _archer(x: ScoreInputs, population: Population) -> Selection:
 
 register_selection_method(
     "clip_cov", select=_clip_cov, needs_logp=True, scopes=COVARIANCE_SCOPES, family="covariance",
+    ratio_means="share of the population's tokens detached (at most)",
     weight="Cov_t = (A_t − Ā)(log π_t − mean log π)",
     changes="detaches a random ρ of the unclipped tokens with lower < Cov_t < upper",
     reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl clip_cov)")(None)
 register_selection_method(
     "kl_cov", select=_kl_cov, needs_logp=True, scopes=COVARIANCE_SCOPES, family="covariance",
+    ratio_means="share of the population's tokens penalised",
     weight="Cov_t", changes="adds c·|log π − log π_old| to the top ρ by Cov_t; no ratio clip",
     reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl kl_cov)")(None)
 register_selection_method(
-    "entropy_adv", select=_entropy_adv, uses_ratio=False, family="advantage shaping",
+    "entropy_adv", select=_entropy_adv, uses_ratio=False, ratio_means="", family="advantage shaping",
     weight="min(α·H_t, |A_t|/κ)", changes="advantage A_t + min(α·H_t, |A_t|/κ); no mask",
     reference="Reasoning with Exploration: An Entropy Perspective, arXiv 2506.14758")(None)
 register_selection_method(
-    "archer", select=_archer, family="dual-token constraints", weight="H_t (top ρ = high-entropy)",
+    "archer", select=_archer, ratio_means="share of tokens given the high-entropy constraints",
+    family="dual-token constraints", weight="H_t (top ρ = high-entropy)",
     changes="per-token clip range and KL weight; no mask",
     reference="Stabilizing Knowledge, Promoting Reasoning, arXiv 2507.15778")(None)
 
