@@ -9,7 +9,8 @@ One RL update, per rank (``train_step``):
                          → logp (with grad), entropy, G                   (token_stats_from_logits)
             select_tokens(...)                                            (selection.py)
               (scope mini_batch/global with several micro-batches: selected beforehand, see below)
-            ppo_clip_loss(..., pg_mask / loss_mask from the selection)    (losses.py)
+            ppo_clip_loss(..., pg_mask / loss_mask from the selection,    (losses.py)
+                          terms: a token method's per-token A / clip / KL / |log r| penalty)
             backward; the optimiser steps at the mini-batch boundary      (DeepSpeed)
 
 The token scores come from the same forward pass that carries the gradient — no extra no-grad
