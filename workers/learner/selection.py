@@ -291,11 +291,6 @@ class Selection:
         return Selection(mask=cut(self.mask), scores=cut(self.scores), eligible=cut(self.eligible),
                          treated=cut(self.treated), terms=None if self.terms is None else self.terms.rows(start, stop, width))
 
-    def to(self, device: torch.device | str) -> Selection:
-        move = lambda t: None if t is None else t.to(device)
-        return Selection(mask=move(self.mask), scores=move(self.scores), eligible=move(self.eligible),
-                         treated=move(self.treated), terms=None if self.terms is None else self.terms.to(device))
-
 
 def select_tokens(
     *,
