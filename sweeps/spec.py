@@ -72,7 +72,8 @@ class BaseExperiment(_Strict):
 
 class GridAxes(_Strict):
     method: list[str] | None = Field(
-        None, json_schema_extra=_axis({"enum": [*SELECTION_METHODS, *sorted(RECIPES)]}), description="Selection methods (none, ets, gmts, gmts_exact, random) or reference recipes "
+        None, json_schema_extra=_axis({"enum": [*SELECTION_METHODS, *sorted(RECIPES)]}), description="Selection methods (registered: none, ets, gmts, gmts_exact, random, h_abs_adv, "
+        "abs_omega, clip_cov, kl_cov, entropy_adv, archer) or reference recipes "
         "(ets-8020, ets-trl, ets-release, gmts-release, gmts-paper).")
     scope: list[SelectionScope] | None = Field(None, json_schema_extra=_axis(), description="Ranking populations (not with a recipe, which fixes it).")
     denominator: list[Literal["all", "selected"]] | None = Field(
@@ -188,6 +189,8 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
         if point.get("method") == "none":
             # The full-token baseline has no ratio, mode, scope or denominator: one trial, not one per value.
             point = {k: v for k, v in point.items() if k not in SELECTION_ONLY_AXES}
+        elif point.get("method") in SELECTION_METHODS and not SELECTION_METHODS[point["method"]].uses_ratio:
+            point = {k: v for k, v in point.items() if k != "ratio"}  # e.g. entropy_adv: one trial, not one per ρ
         elif point.get("method") in RECIPES:
             # A recipe fixes its scope and denominator: one trial, not one per value of those axes.
             point = {k: v for k, v in point.items() if k not in ("scope", "denominator")}
@@ -253,8 +256,8 @@ def _selection_overrides(point: dict[str, Any]) -> list[str]:
         overrides += [f"selection.{name}={json.dumps(value)}" for name, value in recipe_fields(method).items()]
     elif method is not None:
         overrides += ["selection.recipe=null", f"selection.method={json.dumps(method)}"]
-    if method == "none":
-        overrides.append("selection.ratio=null")  # the baseline has no ratio, whatever the preset holds
+    if method in SELECTION_METHODS and not SELECTION_METHODS[method].uses_ratio:
+        overrides.append("selection.ratio=null")  # none, entropy_adv: no ratio, whatever the preset holds
     if "denominator" in point:
         overrides.append(f"selection.apply_to={json.dumps(APPLY_TO_OF_DENOMINATOR[point['denominator']])}")
     return overrides

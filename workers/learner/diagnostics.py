@@ -10,6 +10,12 @@ Per step (averaged over micro-batches), with w_t the token's weight in the polic
 - ``selection/entropy_selected`` vs ``selection/entropy_all``;
 - ``selection/decile_{0..9}``: the selected share of the tokens in each tenth of the answer
   (position j of an answer of n tokens is in decile ⌊10 j / n⌋).
+- for the methods that single tokens out rather than mask them (``Selection.treated``: Clip-Cov's detached,
+  KL-Cov's penalised, Archer's high-entropy tokens), the same facts of the treated set:
+  ``selection/treated_fraction``, ``selection/entropy_treated``, ``selection/treated_zero_advantage_share``,
+  ``selection/treated_net_signed_weight``, ``selection/treated_mean_abs_advantage``.
+Advantages are those the loss used (a shaping method's, e.g. entropy_adv, replace the batch's), 1-D per
+sequence or [B, T] per token.
 
 The GMTS paper motivates its score by the observation that within one answer, token entropy
 ranks tokens almost as the exact logits-gradient norm G does; :func:`within_answer_spearman`
@@ -57,6 +63,14 @@ def selection_diagnostics(
         metrics["selection/spearman_entropy_gradnorm"] = within_answer_spearman(entropy, grad_norm, mask)
     if advantages is not None:
         metrics.update(advantage_diagnostics(chosen, mask, advantages, loss_agg, apply_to))
+    if selection.treated is not None:
+        treated = selection.treated & mask
+        metrics["selection/treated_fraction"] = float(treated.sum()) / max(n_tokens, 1)
+        metrics["selection/entropy_treated"] = _masked_mean(entropy, treated)
+        if advantages is not None:
+            # Weighted as every response token counts (the treated tokens keep their place in the denominators).
+            facts = advantage_diagnostics(treated, mask, advantages, loss_agg, "advantage")
+            metrics.update({key.replace("selection/", "selection/treated_"): value for key, value in facts.items()})
     metrics.update(position_deciles(chosen, mask))
     return metrics
 

@@ -9,7 +9,8 @@ One RL update, per rank (``train_step``):
                          → logp (with grad), entropy, G                   (token_stats_from_logits)
             select_tokens(...)                                            (selection.py)
               (scope mini_batch/global with several micro-batches: selected beforehand, see below)
-            ppo_clip_loss(..., pg_mask / loss_mask from the selection)    (losses.py)
+            ppo_clip_loss(..., pg_mask / loss_mask from the selection,    (losses.py)
+                          terms: a token method's per-token A / clip / KL / |log r| penalty)
             backward; the optimiser steps at the mini-batch boundary      (DeepSpeed)
 
 The token scores come from the same forward pass that carries the gradient — no extra no-grad
@@ -416,10 +417,11 @@ class LearnerEngine:
         if self.selection.apply_to == "loss" and pg_total is not None:
             pg_scale = loss_units(selection.mask.float(), loss_config.loss_agg) / pg_total * self.world_size
         pg_mask, loss_mask = selection.loss_masks(self.selection.apply_to)
+        terms = None if selection.terms is None else selection.terms.to(self.device)
         out = ppo_clip_loss(
             logp=logp, old_logp=old_logp, advantages=micro.advantages[:, None].expand_as(mask), response_mask=mask,
             config=loss_config, ref_logp=micro.ref_logp, pg_mask=pg_mask, loss_mask=loss_mask,
-            entropy=entropy_in_loss,
+            entropy=entropy_in_loss, terms=terms,
         )
         tick = time.perf_counter()
         timings["selection_and_loss"] += tick - tock
@@ -446,9 +448,12 @@ class LearnerEngine:
             record["loss/kl"] = float(out.kl)
         # On CPU copies: diagnostics builds its quantile levels on the CPU (and it is all [B, T]-sized).
         cpu = lambda t: None if t is None else t.detach().cpu()
+        # The advantages the loss used: a shaping method's (entropy_adv) replace the batch's.
+        advantages = micro.advantages if terms is None or terms.advantages is None else terms.advantages
         record.update(selection_diagnostics(
-            Selection(mask=cpu(selection.mask), scores=cpu(selection.scores), eligible=cpu(selection.eligible)),
-            cpu(mask), cpu(entropy), cpu(grad_norm), advantages=cpu(micro.advantages),
+            Selection(mask=cpu(selection.mask), scores=cpu(selection.scores), eligible=cpu(selection.eligible),
+                      treated=cpu(selection.treated)),
+            cpu(mask), cpu(entropy), cpu(grad_norm), advantages=cpu(advantages),
             loss_agg=loss_config.loss_agg, apply_to=self.selection.apply_to))
         return record
 

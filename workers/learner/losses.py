@@ -157,6 +157,35 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str, norm_lengt
 
 # -------------------------------------------------------------------------------- PPO-clip terms
 @dataclass(frozen=True)
+class TokenTerms:
+    """Per-token loss settings a token method sets (each None: the config's scalar for every token).
+
+    The loss (:func:`ppo_clip_loss`) and ω (:func:`effective_grad_coef`) read the same terms, so a method
+    that changes the loss of some tokens (Archer's clip ranges, KL-Cov's penalty, a shaped advantage)
+    cannot make ω drift from the gradient actually taken.
+    """
+
+    advantages: torch.Tensor | None = None  # A used in place of the batch's (entropy advantage shaping)
+    clip_low: torch.Tensor | None = None  # per-token ε_low (Archer)
+    clip_high: torch.Tensor | None = None  # per-token ε_high (Archer)
+    kl_coef: torch.Tensor | None = None  # per-token β of the KL(π‖π_ref) term (Archer)
+    abs_log_ratio_coef: torch.Tensor | None = None  # KL-Cov: + c_t·|log π − log π_old| (0 on untreated tokens)
+    unclipped: bool = False  # KL-Cov: the surrogate is −A·r with no clip at all (as in verl's kl_cov)
+
+    def rows(self, start: int, stop: int, width: int) -> TokenTerms:
+        cut = lambda t: None if t is None else t[start:stop, :width]
+        return TokenTerms(advantages=cut(self.advantages), clip_low=cut(self.clip_low),
+                          clip_high=cut(self.clip_high), kl_coef=cut(self.kl_coef),
+                          abs_log_ratio_coef=cut(self.abs_log_ratio_coef), unclipped=self.unclipped)
+
+    def to(self, device: torch.device | str) -> TokenTerms:
+        move = lambda t: None if t is None else t.to(device)
+        return TokenTerms(advantages=move(self.advantages), clip_low=move(self.clip_low),
+                          clip_high=move(self.clip_high), kl_coef=move(self.kl_coef),
+                          abs_log_ratio_coef=move(self.abs_log_ratio_coef), unclipped=self.unclipped)
+
+
+@dataclass(frozen=True)
 class ClipMasks:
     """Which tokens sit on a flat (zero-gradient) branch of the clipped surrogate."""
 
@@ -170,16 +199,38 @@ class ClipMasks:
         return self.clipped_high | self.clipped_low | self.dual_clipped
 
 
-def clip_masks(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, config: PolicyLossConfig) -> ClipMasks:
+def clip_masks(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, config: PolicyLossConfig,
+               terms: TokenTerms | None = None) -> ClipMasks:
     ratio = (logp - old_logp).exp()
+    if terms is not None and terms.unclipped:
+        none = torch.zeros_like(ratio, dtype=torch.bool)
+        return ClipMasks(ratio=ratio, clipped_high=none, clipped_low=none, dual_clipped=none)
+    clip_low, clip_high = _clip_range(config, terms)
     positive, negative = advantages > 0, advantages < 0
-    high = positive & (ratio > 1.0 + config.clip_high)
-    low = negative & (ratio < 1.0 - config.clip_low)
+    high = positive & (ratio > 1.0 + clip_high)
+    low = negative & (ratio < 1.0 - clip_low)
     if config.dual_clip is not None:
         dual = negative & (ratio > config.dual_clip)
     else:
         dual = torch.zeros_like(high)
     return ClipMasks(ratio=ratio, clipped_high=high, clipped_low=low, dual_clipped=dual)
+
+
+def _clip_range(config: PolicyLossConfig, terms: TokenTerms | None) -> tuple[float | torch.Tensor, float | torch.Tensor]:
+    if terms is None:
+        return config.clip_low, config.clip_high
+    low = config.clip_low if terms.clip_low is None else terms.clip_low
+    high = config.clip_high if terms.clip_high is None else terms.clip_high
+    return low, high
+
+
+def _kl_coef(config: PolicyLossConfig, terms: TokenTerms | None) -> float | torch.Tensor:
+    return config.kl_coef if terms is None or terms.kl_coef is None else terms.kl_coef
+
+
+def _uses_kl(config: PolicyLossConfig, terms: TokenTerms | None) -> bool:
+    coef = _kl_coef(config, terms)
+    return bool((coef > 0).any()) if isinstance(coef, torch.Tensor) else coef > 0
 
 
 def effective_grad_coef(
@@ -190,21 +241,28 @@ def effective_grad_coef(
     config: PolicyLossConfig,
     ref_logp: torch.Tensor | None = None,
     include_aggregation_weight: bool = True,
+    terms: TokenTerms | None = None,
 ) -> torch.Tensor:
-    """ω_t = w_t · (1[not clipped] · r · A − β · ∂KL_t/∂log π), detached, [B, T].
+    """ω_t = w_t · (1[not clipped] · r · A − β_t · ∂KL_t/∂log π − c_t · sign(log r)), detached, [B, T].
 
     By the chain rule the gradient of the aggregated loss with respect to token t's logits is
     −ω_t · (e_o − p), so its ℓ2 norm is |ω_t| · G_t (see token_stats). ``w_t`` is the token's
     aggregation weight; ``include_aggregation_weight=False`` reproduces the released GMTS code,
     which leaves it out (identical ranking for token-mean, different for per-sequence modes).
+    ``terms`` (a token method's per-token settings) replace A, the clip range and β per token, and add
+    KL-Cov's c_t·|log r| (whose derivative is c_t·sign(log r), 0 at r = 1 as autograd's |x|).
     """
     with torch.no_grad():
-        masks = clip_masks(logp, old_logp, advantages, config)
+        if terms is not None and terms.advantages is not None:
+            advantages = terms.advantages
+        masks = clip_masks(logp, old_logp, advantages, config, terms)
         omega = (~masks.clipped) * masks.ratio * advantages
-        if config.kl_coef > 0:
+        if _uses_kl(config, terms):
             if ref_logp is None:
                 raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
-            omega = omega - config.kl_coef * _kl_term(config.kl_estimator).grad_wrt_logp(logp, ref_logp)
+            omega = omega - _kl_coef(config, terms) * _kl_term(config.kl_estimator).grad_wrt_logp(logp, ref_logp)
+        if terms is not None and terms.abs_log_ratio_coef is not None:
+            omega = omega - terms.abs_log_ratio_coef * torch.sign(logp - old_logp)
         omega = omega * response_mask
         if include_aggregation_weight:
             omega = omega * aggregation_weights(response_mask, config.loss_agg, config.loss_agg_norm_length)
@@ -235,6 +293,7 @@ def ppo_clip_loss(
     pg_mask: torch.Tensor | None = None,
     loss_mask: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    terms: TokenTerms | None = None,
 ) -> PolicyLossOutput:
     """Clipped surrogate + β·KL − entropy bonus, aggregated per ``config.loss_agg``.
 
@@ -245,24 +304,36 @@ def ppo_clip_loss(
       code: ``agg_loss(pg_losses, response_mask * entropy_top_mask)``).
     Either way the KL and entropy-bonus terms are aggregated over every response token, each with
     its own aggregation, as verl's actor does.
+
+    ``terms`` (a token method's per-token settings, see :class:`TokenTerms`) replace A, the clip range
+    and β per token; KL-Cov's c_t·|log π − log π_old| joins the policy-gradient term (as in verl's
+    ``kl_cov``, where it replaces that token's surrogate), and ``unclipped`` drops the clip.
     """
     mask = response_mask.float() if loss_mask is None else (response_mask * loss_mask).float()
     everywhere = response_mask.float()
-    masks = clip_masks(logp, old_logp, advantages, config)
+    if terms is not None and terms.advantages is not None:
+        advantages = terms.advantages
+    masks = clip_masks(logp, old_logp, advantages, config, terms)
     surrogate = -advantages * masks.ratio
-    clipped = -advantages * masks.ratio.clamp(1.0 - config.clip_low, 1.0 + config.clip_high)
-    pg = torch.maximum(surrogate, clipped)
-    if config.dual_clip is not None:
-        pg = torch.where(advantages < 0, torch.minimum(pg, -advantages * config.dual_clip), pg)
+    if terms is not None and terms.unclipped:
+        pg = surrogate
+    else:
+        clip_low, clip_high = _clip_range(config, terms)
+        clipped = -advantages * masks.ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+        pg = torch.maximum(surrogate, clipped)
+        if config.dual_clip is not None:
+            pg = torch.where(advantages < 0, torch.minimum(pg, -advantages * config.dual_clip), pg)
+    if terms is not None and terms.abs_log_ratio_coef is not None:
+        pg = pg + terms.abs_log_ratio_coef * (logp - old_logp).abs()
     if pg_mask is not None:
         pg = pg * pg_mask
     regulariser = torch.zeros_like(pg)
     kl = None
-    if config.kl_coef > 0:
+    if _uses_kl(config, terms):
         if ref_logp is None:
             raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
         kl = kl_penalty(logp, ref_logp, config.kl_estimator)
-        regulariser = regulariser + config.kl_coef * kl
+        regulariser = regulariser + _kl_coef(config, terms) * kl
     if config.entropy_coef > 0:
         if entropy is None:
             raise ValueError("entropy_coef > 0 needs a differentiable entropy tensor")

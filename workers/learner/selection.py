@@ -11,6 +11,17 @@ Scores (``SelectionConfig.method``):
   respect to the logits, of which the entropy is the paper's proxy. Then the score is exactly the
   ℓ2 norm of the token's gradient of the loss w.r.t. its logits.
 - ``random``: uniform scores from a seeded generator (a control for "any ρ-subset").
+- ``h_abs_adv``: H_t · |A_t|, what GMTS reduces to on-policy (r = 1, no KL): it cannot reorder the
+  tokens of one answer beyond their entropy, only move budget between answers;
+- ``abs_omega``: |ω_t| alone, no entropy: with ``gmts`` and ``h_abs_adv`` a grid tells which factor
+  carries the gain.
+
+The rest of the zoo treats tokens rather than ranking them for a top-ρ mask (their cores, with the
+papers, in :mod:`workers.learner.token_methods`): ``clip_cov`` (detach a random ρ of the tokens in a
+covariance band), ``kl_cov`` (|log r| penalty on the top ρ by covariance, no clip), ``entropy_adv``
+(A + min(α·H, |A|/κ), no mask), ``archer`` (the top ρ by entropy get a looser clip and a weaker KL). Such a
+method registers a ``select`` function returning the whole :class:`Selection`, with the per-token loss
+settings (:class:`workers.learner.losses.TokenTerms`) the loss and ω both read.
 
 ω_t is :func:`workers.learner.losses.effective_grad_coef` of the loss actually optimised.
 Each method is registered (:func:`register_selection_method`) with its facts — what it reads
@@ -56,7 +67,10 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from workers.learner.losses import PolicyLossConfig, effective_grad_coef
+from workers.learner.losses import PolicyLossConfig, TokenTerms, clip_masks, effective_grad_coef
+from workers.learner.token_methods import (ArcherConfig, CovarianceConfig, EntropyAdvantageConfig, archer_terms,
+                                           clip_cov_detached, entropy_shaped_advantages, kl_cov_penalised,
+                                           token_covariance)
 from workers.registry import Registered
 
 
@@ -74,11 +88,21 @@ class ScoreInputs:
     ref_logp: torch.Tensor | None
     grad_norm: torch.Tensor | None
     generator: torch.Generator | None
+    group_ids: torch.Tensor | None = None  # [B]: each row's prompt
+
+
+@dataclass(frozen=True)
+class Population:
+    """Where a ``select`` method's population lives: its ranks, and the draws every rank shares."""
+
+    process_group: dist.ProcessGroup | None
+    cross_rank: bool  # the scope spans every data-parallel rank
+    tie_break: torch.Generator  # the same draw on every rank (cross-rank random choices use it)
 
 
 @dataclass(frozen=True)
 class SelectionMethod:
-    """A registered token score and what the rest of the lab needs to know about it."""
+    """A registered token method and what the rest of the lab (config, engine, sweeps, docs) knows about it."""
 
     name: str
     score: Callable[[ScoreInputs], torch.Tensor] | None  # None: keep every response token (no ranking)
@@ -86,13 +110,26 @@ class SelectionMethod:
     needs_grad_norm: bool = False  # reads G = ‖e_o − p‖ (the learner computes it only then)
     drops_zero_scores: bool = False  # zero-score tokens leave the ranking population
     gmts_like: bool = False  # a GMTS variant (H or G times |ω|): reports pair it against ETS
+    # A method that is not "rank by score, keep the top ρ": it returns the whole Selection (mask, terms).
+    select: Callable[[ScoreInputs, Population], Selection] | None = None
+    uses_ratio: bool = True  # reads selection.ratio (required then; must be unset otherwise)
+    scopes: tuple[str, ...] | None = None  # the populations it supports; None = every scope
+    # What a table of methods says (docs/methods.md, reports): family, what it scores, what it changes, where from.
+    family: str = ""
+    weight: str = ""
+    changes: str = ""
+    reference: str = ""
+    # What ρ counts: the kept share for top-ρ selection; the treated share for the token methods (a report
+    # may then show ρ beside the method rather than as a column of kept shares).
+    ratio_means: str = "share of eligible tokens kept"
 
 
 SELECTION_METHODS: dict[str, SelectionMethod] = {}
 
 
-def register_selection_method(name: str, **facts: bool):
-    """Register ``score(inputs) -> [B, T]`` as selection method ``name`` with its facts (see SelectionMethod)."""
+def register_selection_method(name: str, **facts: Any):
+    """Register ``score(inputs) -> [B, T]`` as selection method ``name`` with its facts (see SelectionMethod);
+    a method that chooses its tokens itself passes ``select=...`` and decorates nothing (``None``)."""
     def decorator(score: Callable[[ScoreInputs], torch.Tensor] | None):
         SELECTION_METHODS[name] = SelectionMethod(name=name, score=score, **facts)
         return score
@@ -126,9 +163,11 @@ class SelectionConfig(BaseModel):
     )
     method: Registered(SELECTION_METHODS, "selection method") = Field(  # type: ignore[valid-type]
         "none", description="A registered selection method (register_selection_method): none, ets, gmts, "
-        "gmts_exact, random.")
+        "gmts_exact, random, h_abs_adv, abs_omega, clip_cov, kl_cov, entropy_adv, archer (docs/methods.md).")
     ratio: float | None = Field(
-        None, gt=0.0, le=1.0, description="ρ: fraction of eligible tokens kept; required unless method is 'none'."
+        None, gt=0.0, le=1.0, description="ρ: fraction of eligible tokens kept; for clip_cov/kl_cov the fraction "
+        "detached/penalised, for archer the high-entropy share; required unless the method has no ratio "
+        "(none, entropy_adv)."
     )
     mode: Literal["top", "bottom"] = Field("top", description="Keep the highest- or the lowest-scored tokens.")
     scope: SelectionScope = Field(
@@ -154,6 +193,11 @@ class SelectionConfig(BaseModel):
         "fork (its single-GPU framework pre-divides A and KL by G·|o_i|, i.e. True).",
     )
     seed: int = Field(0, description="Seed of the 'random' method's scores and of the tie-break order.")
+    covariance: CovarianceConfig = Field(default_factory=CovarianceConfig,
+                                         description="clip_cov / kl_cov settings (arXiv 2505.22617).")
+    entropy_advantage: EntropyAdvantageConfig = Field(default_factory=EntropyAdvantageConfig,
+                                                      description="entropy_adv settings (arXiv 2506.14758).")
+    archer: ArcherConfig = Field(default_factory=ArcherConfig, description="archer settings (arXiv 2507.15778).")
 
     @model_validator(mode="before")
     @classmethod
@@ -200,12 +244,15 @@ class SelectionConfig(BaseModel):
 
     @model_validator(mode="after")
     def _ratio_matches_method(self) -> SelectionConfig:
-        if self.method == "none":
+        method = SELECTION_METHODS[self.method]
+        if not method.uses_ratio:
             if self.ratio not in (None, 1.0):
-                raise ValueError(f"ratio: method 'none' keeps every token; got ratio={self.ratio} "
+                raise ValueError(f"ratio: method {self.method!r} has no ratio; got ratio={self.ratio} "
                                  "(leave it unset, or null: --set selection.ratio=null)")
         elif self.ratio is None:
             raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
+        if method.scopes is not None and self.scope not in method.scopes:
+            raise ValueError(f"scope: method {self.method!r} supports scope {list(method.scopes)}, got {self.scope!r}")
         return self
 
     @property
@@ -228,6 +275,9 @@ class Selection:
     mask: torch.Tensor  # bool [B, T]: selected tokens (always inside the response mask)
     scores: torch.Tensor  # float [B, T]: the ranking score, 0 off the response mask
     eligible: torch.Tensor  # bool [B, T]: the ranking population
+    # The token methods (clip_cov, kl_cov, archer): the tokens they single out (detached, penalised, high-entropy).
+    treated: torch.Tensor | None = None
+    terms: TokenTerms | None = None  # per-token loss settings the loss and ω read (None: the config's)
 
     def loss_masks(self, apply_to: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """(pg_mask, loss_mask) for :func:`workers.learner.losses.ppo_clip_loss`."""
@@ -237,8 +287,9 @@ class Selection:
 
     def rows(self, start: int, stop: int, width: int) -> Selection:
         """Rows [start, stop) cut to ``width`` columns (a micro-batch's part of a mini-batch selection)."""
-        cut = lambda t: t[start:stop, :width]
-        return Selection(mask=cut(self.mask), scores=cut(self.scores), eligible=cut(self.eligible))
+        cut = lambda t: None if t is None else t[start:stop, :width]
+        return Selection(mask=cut(self.mask), scores=cut(self.scores), eligible=cut(self.eligible),
+                         treated=cut(self.treated), terms=None if self.terms is None else self.terms.rows(start, stop, width))
 
 
 def select_tokens(
@@ -275,7 +326,7 @@ def select_tokens(
     loss_config = loss_config or PolicyLossConfig()
 
     method = SELECTION_METHODS[config.method]
-    if method.score is None:
+    if method.score is None and method.select is None:
         return Selection(mask=mask.clone(), scores=mask.float(), eligible=mask.clone())
 
     if method.needs_logp:
@@ -285,39 +336,52 @@ def select_tokens(
             raise ValueError(f"method {config.method!r} with kl_coef > 0 needs ref_logp (ω includes the KL term)")
     if method.needs_grad_norm and grad_norm is None:
         raise ValueError(f"method {config.method!r} needs grad_norm (token_stats_from_logits(..., with_grad_norm=True))")
-    scores = method.score(ScoreInputs(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp,
-                                      grad_norm, generator))
+    inputs = ScoreInputs(config, loss_config, mask, entropy, advantages, logp, old_logp, ref_logp, grad_norm, generator,
+                         group_ids)
+    tie_break = torch.Generator().manual_seed(config.seed if tie_seed is None else tie_seed)
+    if method.select is not None:
+        return method.select(inputs, Population(process_group, config.scope in CROSS_RANK_SCOPES, tie_break))
+    scores = method.score(inputs)
     scores = torch.where(mask, scores.float(), torch.zeros_like(scores, dtype=torch.float32))
     eligible = mask & (scores > 0) if method.drops_zero_scores else mask.clone()
+    selected = _keep_best(scores, eligible, group_ids, config, process_group, tie_break)
+    return Selection(mask=selected, scores=scores, eligible=eligible)
 
+
+def _keep_best(scores: torch.Tensor, eligible: torch.Tensor, group_ids: torch.Tensor, config: SelectionConfig,
+               process_group: dist.ProcessGroup | None, tie_break: torch.Generator) -> torch.Tensor:
+    """Bool [B, T]: the eligible tokens ranked best within their population, by ``config.rule`` and ``scope``."""
     positions = eligible.flatten().nonzero().squeeze(-1)
     flat_scores = scores.flatten()[positions]
     if config.scope == "group":
-        keys = group_ids.to(positions.device).repeat_interleave(mask.shape[1])[positions]
+        keys = group_ids.to(positions.device).repeat_interleave(eligible.shape[1])[positions]
     else:
         keys = torch.zeros_like(positions)
-    tie_break = torch.Generator().manual_seed(config.seed if tie_seed is None else tie_seed)
 
     if config.scope in CROSS_RANK_SCOPES and _world_size(process_group) > 1:
         keep = _keep_global(flat_scores, config, process_group, tie_break)
     else:
         keep = _keep_per_population(flat_scores, keys, config, tie_break)
 
-    selected = torch.zeros(mask.numel(), dtype=torch.bool, device=mask.device)
+    selected = torch.zeros(eligible.numel(), dtype=torch.bool, device=eligible.device)
     selected[positions[keep]] = True
-    return Selection(mask=selected.view_as(mask), scores=scores, eligible=eligible)
+    return selected.view_as(eligible)
 
 
-register_selection_method("none")(None)  # the full-token baseline: every response token kept
+register_selection_method(  # the full-token baseline: every response token kept
+    "none", uses_ratio=False, ratio_means="", family="baseline", weight="—", changes="nothing: every response token",
+    reference="GRPO / DAPO")(None)
 
 
-@register_selection_method("ets")
+@register_selection_method("ets", family="top-ρ selection", weight="H_t", changes="policy-gradient mask",
+                           reference="Beyond the 80/20 Rule, arXiv 2506.01939")
 def entropy_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t, the token entropy (the "80/20" paper)."""
     return x.entropy.detach()
 
 
-@register_selection_method("random")
+@register_selection_method("random", family="top-ρ selection", weight="U(0, 1)", changes="policy-gradient mask",
+                           reference="control: any ρ-subset")
 def random_scores(x: ScoreInputs) -> torch.Tensor:
     """Uniform scores from a seeded generator: the "any ρ-subset" control."""
     generator = x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed)
@@ -330,17 +394,101 @@ def _abs_omega(x: ScoreInputs) -> torch.Tensor:
     return omega.abs()
 
 
-@register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True)
+@register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True, family="top-ρ selection",
+                           weight="H_t·|ω_t|", changes="policy-gradient mask", reference="the GMTS paper")
 def gmts_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |ω_t| (the GMTS paper)."""
     return x.entropy.detach() * _abs_omega(x)
 
 
 @register_selection_method("gmts_exact", needs_logp=True, needs_grad_norm=True, drops_zero_scores=True,
-                           gmts_like=True)
+                           gmts_like=True, family="top-ρ selection", weight="G_t·|ω_t|, G_t = ‖e_o − p‖",
+                           changes="policy-gradient mask", reference="the GMTS paper (exact norm, this lab)")
 def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
     """G_t · |ω_t|: the ℓ2 norm of the token's loss gradient w.r.t. its logits."""
     return x.grad_norm.detach() * _abs_omega(x)
+
+
+@register_selection_method("h_abs_adv", drops_zero_scores=True, gmts_like=True, family="top-ρ selection",
+                           weight="H_t·|A_t|", changes="policy-gradient mask",
+                           reference="GMTS on-policy (r = 1, no KL), this lab")
+def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
+    """H_t · |A_t|: GMTS's score when r = 1 and there is no KL (one answer's tokens rank by entropy alone)."""
+    return x.entropy.detach() * x.advantages.abs()
+
+
+@register_selection_method("abs_omega", needs_logp=True, drops_zero_scores=True, gmts_like=True,
+                           family="top-ρ selection", weight="|ω_t|", changes="policy-gradient mask",
+                           reference="GMTS without entropy, this lab")
+def abs_omega_scores(x: ScoreInputs) -> torch.Tensor:
+    """|ω_t| alone: GMTS without its entropy factor."""
+    return _abs_omega(x)
+
+
+# ------------------------------------------------------------------- methods that treat tokens (token_methods.py)
+COVARIANCE_SCOPES = ("micro_batch", "mini_batch", "global_micro_batch", "global")
+
+
+def _covariance(x: ScoreInputs, population: Population) -> torch.Tensor:
+    return token_covariance(x.logp, x.advantages, x.mask, population.process_group, population.cross_rank)
+
+
+def _clip_cov(x: ScoreInputs, population: Population) -> Selection:
+    covariance = _covariance(x, population)
+    clipped = clip_masks(x.logp.detach(), x.old_logp, x.advantages, x.loss_config).clipped
+    # One draw on every rank for a cross-rank population; this rank's own stream otherwise (verl: torch.randperm).
+    generator = population.tie_break if population.cross_rank else (
+        x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed))
+    detached = clip_cov_detached(covariance=covariance, clipped=clipped, response_mask=x.mask, ratio=x.config.ratio,
+                                 lower=x.config.covariance.clip_lower, upper=x.config.covariance.clip_upper,
+                                 generator=generator, process_group=population.process_group,
+                                 cross_rank=population.cross_rank)
+    return Selection(mask=x.mask & ~detached, scores=covariance.float(), eligible=x.mask.clone(), treated=detached)
+
+
+def _kl_cov(x: ScoreInputs, population: Population) -> Selection:
+    covariance = _covariance(x, population)
+    penalised = kl_cov_penalised(covariance=covariance, response_mask=x.mask, ratio=x.config.ratio,
+                                 process_group=population.process_group, cross_rank=population.cross_rank)
+    coef = penalised.to(x.logp.dtype) * x.config.covariance.kl_coef
+    return Selection(mask=x.mask.clone(), scores=covariance.float(), eligible=x.mask.clone(), treated=penalised,
+                     terms=TokenTerms(abs_log_ratio_coef=coef, unclipped=True))
+
+
+def _entropy_adv(x: ScoreInputs, population: Population) -> Selection:
+    shaped = entropy_shaped_advantages(x.advantages, x.entropy, x.mask, x.config.entropy_advantage)
+    bonus = torch.where(x.mask, shaped - x.advantages, torch.zeros_like(shaped))
+    return Selection(mask=x.mask.clone(), scores=bonus.float(), eligible=x.mask.clone(),
+                     terms=TokenTerms(advantages=shaped))
+
+
+def _archer(x: ScoreInputs, population: Population) -> Selection:
+    scores = torch.where(x.mask, x.entropy.detach().float(), torch.zeros_like(x.entropy, dtype=torch.float32))
+    high = _keep_best(scores, x.mask, x.group_ids, x.config, population.process_group, population.tie_break)
+    terms = archer_terms(high, x.loss_config, x.config.archer, dtype=x.entropy.dtype)
+    return Selection(mask=x.mask.clone(), scores=scores, eligible=x.mask.clone(), treated=high, terms=terms)
+
+
+register_selection_method(
+    "clip_cov", select=_clip_cov, needs_logp=True, scopes=COVARIANCE_SCOPES, family="covariance",
+    ratio_means="share of the population's tokens detached (at most)",
+    weight="Cov_t = (A_t − Ā)(log π_t − mean log π)",
+    changes="detaches a random ρ of the unclipped tokens with lower < Cov_t < upper",
+    reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl clip_cov)")(None)
+register_selection_method(
+    "kl_cov", select=_kl_cov, needs_logp=True, scopes=COVARIANCE_SCOPES, family="covariance",
+    ratio_means="share of the population's tokens penalised",
+    weight="Cov_t", changes="adds c·|log π − log π_old| to the top ρ by Cov_t; no ratio clip",
+    reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl kl_cov)")(None)
+register_selection_method(
+    "entropy_adv", select=_entropy_adv, uses_ratio=False, ratio_means="", family="advantage shaping",
+    weight="min(α·H_t, |A_t|/κ)", changes="advantage A_t + min(α·H_t, |A_t|/κ); no mask",
+    reference="Reasoning with Exploration: An Entropy Perspective, arXiv 2506.14758")(None)
+register_selection_method(
+    "archer", select=_archer, ratio_means="share of tokens given the high-entropy constraints",
+    family="dual-token constraints", weight="H_t (top ρ = high-entropy)",
+    changes="per-token clip range and KL weight; no mask",
+    reference="Stabilizing Knowledge, Promoting Reasoning, arXiv 2507.15778")(None)
 
 
 # Defined once, from the registry: every method that scores by |ω| (reports pair them against ETS).
