@@ -100,6 +100,9 @@ class Population:
     tie_break: torch.Generator  # the same draw on every rank (cross-rank random choices use it)
 
 
+KEPT_SHARE = "share of eligible tokens kept"
+
+
 @dataclass(frozen=True)
 class SelectionMethod:
     """A registered token method and what the rest of the lab (config, engine, sweeps, docs) knows about it."""
@@ -121,7 +124,12 @@ class SelectionMethod:
     reference: str = ""
     # What ρ counts: the kept share for top-ρ selection; the treated share for the token methods (a report
     # may then show ρ beside the method rather than as a column of kept shares).
-    ratio_means: str = "share of eligible tokens kept"
+    ratio_means: str = KEPT_SHARE
+
+    @property
+    def ratio_is_kept_share(self) -> bool:
+        """ρ is the share of tokens kept (a report's ratio columns); else it is a setting of the method's own."""
+        return self.uses_ratio and self.ratio_means == KEPT_SHARE
 
 
 SELECTION_METHODS: dict[str, SelectionMethod] = {}
