@@ -34,6 +34,15 @@ python - <<'PY'
 import logging, os
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 logging.disable(logging.WARNING)
+import time
+from pathlib import Path
+from torch.utils.cpp_extension import get_default_build_root
+# torch's build lock is a bare file: a build killed part-way leaves it, and every later build (this one, or a
+# learner's) then waits on it forever. A build takes minutes; a lock older than 30 minutes is such a leftover.
+for lock in Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()).glob("*/deepspeed_*/lock"):
+    if time.time() - lock.stat().st_mtime > 1800:
+        print(f"[setup] removing a stale build lock left by a killed build: {lock}")
+        lock.unlink(missing_ok=True)
 from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 ShareMemCommBuilder().load(verbose=False)
 PY
