@@ -28,8 +28,10 @@ def local_ray():
 def test_three_steps_of_the_real_model_preset(tmp_path, local_ray):
     overrides = {
         "output_dir": str(tmp_path / "runs"), "training.steps": "3", "data.prompts_per_step": "2",
-        "rollout.n_samples": "4", "rollout.max_new_tokens": "16", "learner.mini_batch_size": "8",
-        "learner.micro_batch_size": "8", "data.eval.arith.limit": "8", "evaluation.interval": "0",
+        "rollout.n_samples": "4", "rollout.max_new_tokens": "16",
+        # Two optimiser steps per RL step, so the learner takes its own π_old pass and reports its agreement
+        # with vLLM's sampling logprobs (one on-policy step with no KL needs neither, and logs no diff).
+        "learner.mini_batch_size": "4", "learner.micro_batch_size": "4", "data.eval.arith.limit": "8", "evaluation.interval": "0",
     }
     # The model cache stays the default one: the 538 MB SmolLM2 folder is built once per machine.
     config = load_experiment("cpu-smollm2-arith", [f"{k}={v}" for k, v in overrides.items()])
