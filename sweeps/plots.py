@@ -9,8 +9,9 @@
   (mean over seeds) with its 95 % t band where there are several seeds;
 - learning curves: the training reward per step, mean over seeds, one line per method/mode/ratio (for a 0/1
   reward ``train/accuracy`` is the same number, so it gets no panel of its own);
-- entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch, with the
-  within-answer Spearman correlation (the paper's motivating figure).
+- entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch on log–log axes, with the
+  within-answer Pearson of log H vs log G, the within-answer Spearman of H vs G, and the per-group Spearman
+  of the GMTS score H·|ω| against the true logits-gradient norm |ω|·G (the paper's diagnostic figure);
 """
 
 from __future__ import annotations
@@ -194,14 +195,30 @@ def eval_curves(curves: list[EvalCurve], path: Path, metric: str = "accuracy") -
     return _save(fig, path)
 
 
-def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], spearman: float, path: Path, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 5))
-    size = 14 if len(entropy) < 2000 else 4
-    ax.scatter(entropy, grad_norm, s=size, alpha=0.4, color="tab:purple", edgecolors="none")
-    ax.set_xlabel("token entropy H")
-    ax.set_ylabel("gradient norm G = ‖e_o − p‖₂")
-    ax.set_title(f"{title}\nwithin-answer Spearman ρ = {spearman:.3f} ({len(entropy)} tokens)")
-    ax.grid(alpha=0.3)
+def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], numbers: dict[str, float], path: Path,
+                        title: str) -> Path:
+    """The paper's diagnostic figure on log–log axes, annotated with the batch's correlations (``numbers``:
+    ``sweeps.report.DIAGNOSTIC_METRICS`` keys; a missing one is shown as "n/a"). Tokens with H = 0 or
+    G = 0 have no place on log axes and are counted in the title instead."""
+    points = [(h, g) for h, g in zip(entropy, grad_norm, strict=True) if h > 0 and g > 0]
+    fig, ax = plt.subplots(figsize=(6.4, 5.4))
+    size = 14 if len(points) < 2000 else 4
+    if points:
+        ax.scatter(*zip(*points, strict=True), s=size, alpha=0.4, color="tab:purple", edgecolors="none")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("token entropy H (log scale)")
+    ax.set_ylabel("gradient norm G = ‖e_o − p‖₂ (log scale)")
+    left_out = len(entropy) - len(points)
+    ax.set_title(f"{title}\n{len(points)} tokens" + (f" ({left_out} with H = 0 or G = 0 not shown)" if left_out else ""),
+                 fontsize=10)
+    shown = lambda key: f"{numbers[key]:.3f}" if key in numbers else "n/a"
+    ax.text(0.03, 0.97, "\n".join((
+        f"within-answer Pearson r(log H, log G) = {shown('diagnostics/pearson_log_entropy_log_gradnorm')}",
+        f"within-answer Spearman ρ(H, G) = {shown('diagnostics/spearman_entropy_gradnorm')}",
+        f"per-group Spearman ρ(H·|ω|, |ω|·G) = {shown('diagnostics/spearman_gmts_score_true_gradnorm')}",
+    )), transform=ax.transAxes, va="top", fontsize=8, bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return _save(fig, path)
 
