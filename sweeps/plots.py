@@ -3,6 +3,8 @@
 - accuracy vs selection ratio, one panel per test benchmark × mode (top / bottom), a line per method
   (mean and 95 % t interval over seeds, each arm at its lr chosen on validation), the full-token
   baseline as a dashed line and the base policy as a dotted one;
+- top-ρ vs bottom-ρ selection (when a method ran in both modes): one panel per test benchmark × method,
+  accuracy vs ρ for each mode with the same intervals, the baselines as above;
 - accuracy vs learning rate (when an arm has several): one panel per benchmark, validation and test,
   a line per arm, the lr each arm's validation mean chose circled;
 - evaluation curves: the eval metric against the RL step, one panel per test benchmark, one line per arm
@@ -29,6 +31,7 @@ from sweeps.ablation import BASE, AblationResults, Cell, method_rank
 from sweeps.labels import method_color
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
+DODGE = 0.012  # x offset of the bottom-ρ points in top_vs_bottom
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,71 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
         fig.tight_layout()
         suffix = "" if len(sections) == 1 else f"_{model_size}_{algorithm}"
         paths.append(_save(fig, folder / f"accuracy_vs_ratio{suffix}.png"))
+    return paths
+
+
+# (model_size, algorithm) → (benchmark, method) → mode → that arm's cells, by ratio
+TopBottomPanels = dict[tuple[str, str], dict[tuple[str, str], dict[str, list[Cell]]]]
+
+
+def top_vs_bottom_panels(results: AblationResults, metric: str = "accuracy") -> TopBottomPanels:
+    """What :func:`top_vs_bottom` draws: the test cells (each arm at its chosen lr) of every method that ran
+    both modes in a section, per benchmark and mode, by ratio. Empty when no method ran both."""
+    cells = [c for c in results.cells if c.metric == metric and c.split == "test" and c.selected
+             and c.mode in MODES and c.ratio is not None]
+    panels: TopBottomPanels = {}
+    for section in sorted({(c.model_size, c.algorithm) for c in cells}):
+        mine = [c for c in cells if (c.model_size, c.algorithm) == section]
+        both = {c.method for c in mine if c.mode == "top"} & {c.method for c in mine if c.mode == "bottom"}
+        for benchmark in sorted({c.benchmark for c in mine}):
+            for method in sorted(both, key=method_rank):
+                by_mode = {mode: sorted((c for c in mine if (c.benchmark, c.method, c.mode) == (benchmark, method, mode)),
+                                        key=lambda c: c.ratio) for mode in MODES}
+                if all(by_mode.values()):
+                    panels.setdefault(section, {})[(benchmark, method)] = by_mode
+    return panels
+
+
+def top_vs_bottom(results: AblationResults, folder: Path, metric: str = "accuracy") -> list[Path]:
+    """Top-ρ against bottom-ρ selection: per section a grid of panels (rows: test benchmarks, columns: the
+    methods run in both modes), accuracy against ρ for each mode (mean and 95 % t interval over seeds), the
+    full-token and base rows as lines. No figure (an empty list) when no method ran both modes."""
+    baselines = [c for c in results.cells if c.metric == metric and c.split == "test" and c.selected
+                 and c.method in ("none", BASE)]
+    panels = top_vs_bottom_panels(results, metric)
+    paths = []
+    for (model_size, algorithm), arms in panels.items():
+        benchmarks = sorted({b for b, _ in arms})
+        methods = sorted({m for _, m in arms}, key=method_rank)
+        fig, axes = plt.subplots(len(benchmarks), len(methods), squeeze=False,
+                                 figsize=(max(6.0, 4.8 * len(methods)), 3.6 * len(benchmarks) + 0.6))
+        for (benchmark, method), by_mode in arms.items():
+            ax = axes[benchmarks.index(benchmark)][methods.index(method)]
+            for cell in baselines:
+                if (cell.model_size, cell.algorithm, cell.benchmark) == (model_size, algorithm, benchmark):
+                    none = cell.method == "none"
+                    ax.axhline(cell.mean, color=method_color("none") if none else "k", linestyle="--" if none else ":",
+                               label="none (all tokens)" if none else "base (step 0)")
+            # The bottom points sit a hair to the right (DODGE) so that two intervals at one ρ stay apart.
+            for mode, marker, style, dodge in (("top", "o", "-", 0.0), ("bottom", "v", "--", DODGE)):
+                points = by_mode[mode]
+                ax.errorbar([c.ratio + dodge for c in points], [c.mean for c in points], yerr=[_half_width(c) for c in points],
+                            marker=marker, linestyle=style, capsize=3, color=method_color(method),
+                            alpha=1.0 if mode == "top" else 0.65, label=f"{method} {mode}-ρ")
+            ax.set_title(f"{benchmark} — {method}")
+            ax.set_xlabel("selection ratio ρ")
+            ax.set_ylabel(metric)
+            ax.set_xlim(0, 1)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        for row, col in ((r, c) for r in range(len(benchmarks)) for c in range(len(methods))):
+            if not axes[row][col].has_data():
+                axes[row][col].set_axis_off()  # this method has no cells on this benchmark
+        fig.suptitle(f"Top-ρ vs bottom-ρ selection — model {model_size}, {algorithm}\n"
+                     f"final {metric} (mean, 95 % t interval over seeds)")
+        fig.tight_layout()
+        suffix = "" if len(panels) == 1 else f"_{model_size}_{algorithm}"
+        paths.append(_save(fig, folder / f"top_vs_bottom{suffix}.png"))
     return paths
 
 

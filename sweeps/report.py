@@ -129,6 +129,7 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
         (folder / name).write_text(text)
         report.files.append(folder / name)
     report.files += plots.accuracy_vs_ratio(results, folder, metric)
+    report.files += plots.top_vs_bottom(results, folder, metric)  # none with a single mode
     lr_curve = plots.accuracy_vs_lr(results, folder / "accuracy_vs_lr.png", metric)
     if lr_curve is not None:
         report.files.append(lr_curve)

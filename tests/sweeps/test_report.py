@@ -167,14 +167,16 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
 
     listed = {a.path for a in client.list_artifacts(store["parent_id"], "ablation")}
     expected = {"ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
-                "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png", "notes.txt"}
+                "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png", "notes.txt",
+                "top_vs_bottom.png"}  # ETS ran top and bottom at ρ = 0.2
     assert listed == {f"ablation/{name}" for name in expected}
     # The table is the parent's first artifact (the UI lists them in name order).
     root = [a.path for a in client.list_artifacts(store["parent_id"])]
     assert root[0] == "Ablation.html" and sorted(root) == root
     assert "<th colspan='2'>ρ = 0.2</th>" in Path(client.download_artifacts(store["parent_id"], "Ablation.html",
                                                                             str(store["tmp"]))).read_text()
-    for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png"):
+    for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png",
+                "top_vs_bottom.png"):
         image = matplotlib.image.imread(folder / png)
         assert image.shape[0] > 200 and image.shape[1] > 200
 
