@@ -2,11 +2,10 @@
 
 On a terminal (the stream is a TTY), one rich bar per run, redrawn in place::
 
-    GMTS-release top-20 % · seed 0 ━━━━━━━╸━━━━━━━━  37/100  reward 0.412  eval arithmetic 31.0 % (step 30)  0:03:12 0:05:20
+    GMTS-release top-20 % · seed 0 (t002) ━━━━━━╸          37/100 reward 0.412 eval arithmetic 31.0 % (step 30) 0:03:12
 
 with the step out of the total, the step's mean reward, the latest evaluation's accuracy per benchmark
-(evaluation runs every ``evaluation.interval`` steps, so it says at which step), the time spent and the
-time left. Log records (the start-up phases, warnings) print above the bars.
+(evaluation runs every ``evaluation.interval`` steps, so it says at which step) and the time spent. Log records (the start-up phases, warnings) print above the bars.
 
 Anywhere else — CI, ``ray job submit`` logs, a Tune trial's worker (whose output Ray forwards to the
 sweep's terminal) — a bar would be a stream of carriage returns, so the same fields go out as one plain
@@ -26,13 +25,14 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 logger = logging.getLogger("orchestrator.progress")
 
 EVAL_ACCURACY = re.compile(r"^eval/(?P<benchmark>[^/]+)/accuracy$")
 REWARD_KEY = "reward/mean"
+MAX_WIDTH = 140  # columns: wider, the bars would only spread their fields apart
 
 
 @dataclass
@@ -148,11 +148,19 @@ class ProgressBoard:
         if self._progress is not None:
             return self._progress
         console = self._console or Console(file=self.stream)
+        if self._console is None and console.width > MAX_WIDTH:
+            console = Console(file=self.stream, width=MAX_WIDTH)
+        # markup=False: a label's or an outcome's brackets are text, not rich markup. On a narrow terminal the
+        # label and the eval text give way (ellipsis) before the bar, the step count and the reward do.
+        squeezable = lambda ratio: Column(ratio=ratio, overflow="ellipsis", no_wrap=True, min_width=10)
+        fixed = Column(no_wrap=True)
         self._progress = Progress(
-            # markup=False: a label's or an outcome's brackets are text, not rich markup
-            TextColumn("{task.description}", markup=False), BarColumn(bar_width=30), MofNCompleteColumn(),
-            TextColumn("{task.fields[reward]}", markup=False), TextColumn("{task.fields[eval]}", markup=False),
-            TimeElapsedColumn(), TimeRemainingColumn(), console=console, redirect_stdout=True, redirect_stderr=True)
+            TextColumn("{task.description}", markup=False, table_column=squeezable(2)),
+            BarColumn(bar_width=None, table_column=Column(ratio=1, min_width=5)),
+            MofNCompleteColumn(table_column=fixed),
+            TextColumn("{task.fields[reward]}", markup=False, table_column=fixed),
+            TextColumn("{task.fields[eval]}", markup=False, table_column=squeezable(2)),
+            TimeElapsedColumn(), console=console, expand=True, redirect_stdout=True, redirect_stderr=True)
         self._progress.start()
         self._reroute_logging(console)
         return self._progress
