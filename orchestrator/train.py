@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
     parser.add_argument("--verbose", action="store_true",
-                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and one line per step)")
+                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and the progress display)")
     return parser
 
 
