@@ -2,18 +2,20 @@
 
 On a terminal (the stream is a TTY), one rich bar per run, redrawn in place::
 
-    GMTS-release top-20 % · seed 0 (t002) ━━━━━━╸          37/100 reward 0.412 eval arithmetic 31.0 % (step 30) 0:03:12
+    GMTS-release top-20 % · seed 0 (t002) ━━━━━━╸     37/100 reward 0.412 eval arithmetic 31.0 % (step 30) 0:03:12
 
 with the step out of the total, the step's mean reward, the latest evaluation's accuracy per benchmark
-(evaluation runs every ``evaluation.interval`` steps, so it says at which step) and the time spent. Log records (the start-up phases, warnings) print above the bars.
+(evaluation runs every ``evaluation.interval`` steps, so it says at which step) and the time spent.
+Log records (the start-up phases, warnings) print above the bars.
 
-Anywhere else — CI, ``ray job submit`` logs, a Tune trial's worker (whose output Ray forwards to the
-sweep's terminal) — a bar would be a stream of carriage returns, so the same fields go out as one plain
-log line every ``interval`` steps (``training.log_interval``; always at step 0 and at the last step)::
+Anywhere else — CI, ``ray job submit`` logs, output piped to a file — a bar would be a stream of
+carriage returns, so the same fields go out as one plain log line every ``interval`` steps
+(``training.log_interval``; always at step 0 and at the last step)::
 
     cpu-demo-t002 (GMTS-release top-20 % · seed 0) step 37/100 · reward 0.412 · eval arithmetic 31.0 % (step 30) | …
 
-Either way a run prints at most one line per step.
+Either way a run prints at most one line per step. ``orchestrator.train`` shows its own run here; in a
+sweep the driver shows every trial's (``sweeps.trial_progress``).
 """
 
 from __future__ import annotations

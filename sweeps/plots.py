@@ -138,13 +138,14 @@ def top_vs_bottom(results: AblationResults, folder: Path, metric: str = "accurac
             # The bottom points sit a hair to the right (DODGE) so that two intervals at one ρ stay apart.
             for mode, marker, style, dodge in (("top", "o", "-", 0.0), ("bottom", "v", "--", DODGE)):
                 points = by_mode[mode]
-                ax.errorbar([c.ratio + dodge for c in points], [c.mean for c in points], yerr=[_half_width(c) for c in points],
+                ax.errorbar([c.ratio + dodge for c in points], [c.mean for c in points],
+                            yerr=[_half_width(c) for c in points],
                             marker=marker, linestyle=style, capsize=3, color=method_color(method),
                             alpha=1.0 if mode == "top" else 0.65, label=f"{method} {mode}-ρ")
             ax.set_title(f"{benchmark} — {method}")
             ax.set_xlabel("selection ratio ρ")
             ax.set_ylabel(metric)
-            ax.set_xlim(0, 1)
+            ax.set_xlim(0, 1 + 2 * DODGE)  # ρ = 1 and its dodged bottom point stay inside
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         for row, col in ((r, c) for r in range(len(benchmarks)) for c in range(len(methods))):
