@@ -93,7 +93,8 @@ class TrainingConfig(_Strict):
                       "learner.seed, selection.seed, rollout.seed and evaluation.seed default to it. Fixed whatever "
                       "it is: the base policy's warmup.seed and model.init_seed, and the data sets' seeds (one base "
                       "policy and one test set for every seed of a sweep).")
-    log_interval: int = Field(1, ge=1)
+    log_interval: int = Field(1, ge=1, description="Steps between two plain progress lines when the output is not "
+                              "a terminal (CI, Ray job logs); on a terminal the progress bar follows every step.")
 
 
 class EvaluationConfig(_Strict):

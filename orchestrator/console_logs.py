@@ -1,4 +1,4 @@
-"""What a run prints: our own INFO lines (phases, one line per step), third-party INFO off unless ``--verbose``.
+"""What a run prints: our own INFO lines (phases, progress), third-party INFO off unless ``--verbose``.
 
 vLLM, Ray and DeepSpeed each log dozens of INFO lines per engine start (≈ 480 lines in one demo); they
 are what a maintainer debugging an engine wants, not what a user watching a sweep wants. Off by default:

@@ -22,7 +22,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded Ray)")
     parser.add_argument("--verbose", action="store_true",
-                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and one line per step)")
+                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and the progress display)")
     return parser
 
 
@@ -49,6 +49,7 @@ from orchestrator.cluster import actor_runtime_env, connect
 from orchestrator.config import ExperimentConfig, UnfindableStore
 from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator import console_logs
+from orchestrator.progress import ProgressBoard
 from orchestrator.data import BUILTIN_SOURCES, PromptSampler, load_dataset
 from orchestrator.evaluation import BASE_REFERENCE_FILE, BaseReference, base_metrics, base_reference, evaluate
 from orchestrator.resources import bundle_index, run_bundles
@@ -164,7 +165,10 @@ def train(
     resume: bool = False,
     on_step: Callable[[StepReport], None] | None = None,
     placement_group=None,
+    show_progress: bool = True,
 ) -> TrainResult:
+    """``show_progress``: this process shows the run's progress (a bar on a terminal, else one line every
+    ``training.log_interval`` steps: orchestrator/progress.py); off when a sweep's driver shows it."""
     connect()
     if placement_group is None:
         placement_group = ray.util.get_current_placement_group()
@@ -178,6 +182,7 @@ def train(
     workers: _Workers | None = None
     own_group = None
     status = "FAILED"
+    board = ProgressBoard(interval=config.training.log_interval) if show_progress else None
     try:
         if placement_group is None and config.resources.colocate:
             # Outside a sweep nobody reserved the pairs' shared bundles: do it here, or Ray could put an
@@ -223,7 +228,8 @@ def train(
                     base.save(run_dir / BASE_REFERENCE_FILE)
             initial.update(base_metrics(initial))
             tracker.log_step(0, initial)
-            logger.info("%s step 0/%d | %s", config.name, config.training.steps, _fmt(initial))
+            if board is not None:
+                board.update(config.name, phase.who, config.training.steps, 0, initial)
 
         history: list[dict[str, float]] = []
         batch: TrainBatch | None = None
@@ -236,8 +242,8 @@ def train(
             metrics["time/step"] = time.perf_counter() - step_started
             tracker.log_step(step, metrics)
             history.append(metrics)
-            if step % config.training.log_interval == 0:
-                logger.info("%s step %d/%d | %s", config.name, step, config.training.steps, _fmt(metrics))
+            if board is not None:
+                board.update(config.name, phase.who, config.training.steps, step, metrics)
 
             saved = None
             if config.checkpoint.interval and step % config.checkpoint.interval == 0:
@@ -258,6 +264,8 @@ def train(
         return TrainResult(run_id=tracker.run_id, steps=config.training.steps, final_metrics=final,
                            run_dir=run_dir, history=history)
     finally:
+        if board is not None:
+            board.close()
         if workers is not None:
             workers.shutdown()
         if own_group is not None:

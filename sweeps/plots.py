@@ -3,14 +3,17 @@
 - accuracy vs selection ratio, one panel per test benchmark × mode (top / bottom), a line per method
   (mean and 95 % t interval over seeds, each arm at its lr chosen on validation), the full-token
   baseline as a dashed line and the base policy as a dotted one;
+- top-ρ vs bottom-ρ selection (when a method ran in both modes): one panel per test benchmark × method,
+  accuracy vs ρ for each mode with the same intervals, the baselines as above;
 - accuracy vs learning rate (when an arm has several): one panel per benchmark, validation and test,
   a line per arm, the lr each arm's validation mean chose circled;
 - evaluation curves: the eval metric against the RL step, one panel per test benchmark, one line per arm
   (mean over seeds) with its 95 % t band where there are several seeds;
 - learning curves: the training reward per step, mean over seeds, one line per method/mode/ratio (for a 0/1
   reward ``train/accuracy`` is the same number, so it gets no panel of its own);
-- entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch, with the
-  within-answer Spearman correlation (the paper's motivating figure).
+- entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch on log–log axes, with the
+  within-answer Pearson of log H vs log G, the within-answer Spearman of H vs G, and the per-group Spearman
+  of the GMTS score H·|ω| against the true logits-gradient norm |ω|·G (the paper's diagnostic figure);
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from sweeps.ablation import BASE, AblationResults, Cell, method_rank
 from sweeps.labels import method_color
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
+DODGE = 0.012  # x offset of the bottom-ρ points in top_vs_bottom
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,72 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
         fig.tight_layout()
         suffix = "" if len(sections) == 1 else f"_{model_size}_{algorithm}"
         paths.append(_save(fig, folder / f"accuracy_vs_ratio{suffix}.png"))
+    return paths
+
+
+# (model_size, algorithm) → (benchmark, method) → mode → that arm's cells, by ratio
+TopBottomPanels = dict[tuple[str, str], dict[tuple[str, str], dict[str, list[Cell]]]]
+
+
+def top_vs_bottom_panels(results: AblationResults, metric: str = "accuracy") -> TopBottomPanels:
+    """What :func:`top_vs_bottom` draws: the test cells (each arm at its chosen lr) of every method that ran
+    both modes in a section, per benchmark and mode, by ratio. Empty when no method ran both."""
+    cells = [c for c in results.cells if c.metric == metric and c.split == "test" and c.selected
+             and c.mode in MODES and c.ratio is not None]
+    panels: TopBottomPanels = {}
+    for section in sorted({(c.model_size, c.algorithm) for c in cells}):
+        mine = [c for c in cells if (c.model_size, c.algorithm) == section]
+        both = {c.method for c in mine if c.mode == "top"} & {c.method for c in mine if c.mode == "bottom"}
+        for benchmark in sorted({c.benchmark for c in mine}):
+            for method in sorted(both, key=method_rank):
+                by_mode = {mode: sorted((c for c in mine if (c.benchmark, c.method, c.mode) == (benchmark, method, mode)),
+                                        key=lambda c: c.ratio) for mode in MODES}
+                if all(by_mode.values()):
+                    panels.setdefault(section, {})[(benchmark, method)] = by_mode
+    return panels
+
+
+def top_vs_bottom(results: AblationResults, folder: Path, metric: str = "accuracy") -> list[Path]:
+    """Top-ρ against bottom-ρ selection: per section a grid of panels (rows: test benchmarks, columns: the
+    methods run in both modes), accuracy against ρ for each mode (mean and 95 % t interval over seeds), the
+    full-token and base rows as lines. No figure (an empty list) when no method ran both modes."""
+    baselines = [c for c in results.cells if c.metric == metric and c.split == "test" and c.selected
+                 and c.method in ("none", BASE)]
+    panels = top_vs_bottom_panels(results, metric)
+    paths = []
+    for (model_size, algorithm), arms in panels.items():
+        benchmarks = sorted({b for b, _ in arms})
+        methods = sorted({m for _, m in arms}, key=method_rank)
+        fig, axes = plt.subplots(len(benchmarks), len(methods), squeeze=False,
+                                 figsize=(max(6.0, 4.8 * len(methods)), 3.6 * len(benchmarks) + 0.6))
+        for (benchmark, method), by_mode in arms.items():
+            ax = axes[benchmarks.index(benchmark)][methods.index(method)]
+            for cell in baselines:
+                if (cell.model_size, cell.algorithm, cell.benchmark) == (model_size, algorithm, benchmark):
+                    none = cell.method == "none"
+                    ax.axhline(cell.mean, color=method_color("none") if none else "k", linestyle="--" if none else ":",
+                               label="none (all tokens)" if none else "base (step 0)")
+            # The bottom points sit a hair to the right (DODGE) so that two intervals at one ρ stay apart.
+            for mode, marker, style, dodge in (("top", "o", "-", 0.0), ("bottom", "v", "--", DODGE)):
+                points = by_mode[mode]
+                ax.errorbar([c.ratio + dodge for c in points], [c.mean for c in points],
+                            yerr=[_half_width(c) for c in points],
+                            marker=marker, linestyle=style, capsize=3, color=method_color(method),
+                            alpha=1.0 if mode == "top" else 0.65, label=f"{method} {mode}-ρ")
+            ax.set_title(f"{benchmark} — {method}")
+            ax.set_xlabel("selection ratio ρ")
+            ax.set_ylabel(metric)
+            ax.set_xlim(0, 1 + 2 * DODGE)  # ρ = 1 and its dodged bottom point stay inside
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        for row, col in ((r, c) for r in range(len(benchmarks)) for c in range(len(methods))):
+            if not axes[row][col].has_data():
+                axes[row][col].set_axis_off()  # this method has no cells on this benchmark
+        fig.suptitle(f"Top-ρ vs bottom-ρ selection — model {model_size}, {algorithm}\n"
+                     f"final {metric} (mean, 95 % t interval over seeds)")
+        fig.tight_layout()
+        suffix = "" if len(panels) == 1 else f"_{model_size}_{algorithm}"
+        paths.append(_save(fig, folder / f"top_vs_bottom{suffix}.png"))
     return paths
 
 
@@ -194,14 +264,30 @@ def eval_curves(curves: list[EvalCurve], path: Path, metric: str = "accuracy") -
     return _save(fig, path)
 
 
-def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], spearman: float, path: Path, title: str) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 5))
-    size = 14 if len(entropy) < 2000 else 4
-    ax.scatter(entropy, grad_norm, s=size, alpha=0.4, color="tab:purple", edgecolors="none")
-    ax.set_xlabel("token entropy H")
-    ax.set_ylabel("gradient norm G = ‖e_o − p‖₂")
-    ax.set_title(f"{title}\nwithin-answer Spearman ρ = {spearman:.3f} ({len(entropy)} tokens)")
-    ax.grid(alpha=0.3)
+def entropy_vs_gradnorm(entropy: list[float], grad_norm: list[float], numbers: dict[str, float], path: Path,
+                        title: str) -> Path:
+    """The paper's diagnostic figure on log–log axes, annotated with the batch's correlations (``numbers``:
+    ``sweeps.report.DIAGNOSTIC_METRICS`` keys; a missing one is shown as "n/a"). Tokens with H = 0 or
+    G = 0 have no place on log axes and are counted in the title instead."""
+    points = [(h, g) for h, g in zip(entropy, grad_norm, strict=True) if h > 0 and g > 0]
+    fig, ax = plt.subplots(figsize=(6.4, 5.4))
+    size = 14 if len(points) < 2000 else 4
+    if points:
+        ax.scatter(*zip(*points, strict=True), s=size, alpha=0.4, color="tab:purple", edgecolors="none")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+    ax.set_xlabel("token entropy H (log scale)")
+    ax.set_ylabel("gradient norm G = ‖e_o − p‖₂ (log scale)")
+    left_out = len(entropy) - len(points)
+    ax.set_title(f"{title}\n{len(points)} tokens" + (f" ({left_out} with H = 0 or G = 0 not shown)" if left_out else ""),
+                 fontsize=10)
+    shown = lambda key: f"{numbers[key]:.3f}" if key in numbers else "n/a"
+    ax.text(0.03, 0.97, "\n".join((
+        f"within-answer Pearson r(log H, log G) = {shown('diagnostics/pearson_log_entropy_log_gradnorm')}",
+        f"within-answer Spearman ρ(H, G) = {shown('diagnostics/spearman_entropy_gradnorm')}",
+        f"per-group Spearman ρ(H·|ω|, |ω|·G) = {shown('diagnostics/spearman_gmts_score_true_gradnorm')}",
+    )), transform=ax.transAxes, va="top", fontsize=8, bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "0.7"})
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return _save(fig, path)
 

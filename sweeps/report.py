@@ -30,14 +30,16 @@ if __name__ == "__main__":
     _parser().parse_args()
 
 import logging
+import math
 import os
 import sys
 import tempfile
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from mlflow import MlflowClient
-from mlflow.entities import Run
+from mlflow.entities import Metric, Run
 from pydantic import BaseModel, ValidationError, model_validator
 from rich.console import Console
 
@@ -64,12 +66,18 @@ CURVE_METRICS = ("reward/mean",)
 class AnswerTokens(BaseModel):
     entropy: list[float]  # H_t of each response token
     grad_norm: list[float]  # G_t = ‖e_o − p‖₂ of the same tokens
+    # ω_t of the same tokens and the answer's group of rollouts (LearnerEngine.token_statistics); absent from
+    # the artifacts of runs older than the GMTS-score check, which the report then skips with a note.
+    omega: list[float] | None = None
+    group: int | None = None
     advantage: float | None = None
 
     @model_validator(mode="after")
     def _same_length(self) -> AnswerTokens:
         if len(self.entropy) != len(self.grad_norm):
             raise ValueError(f"grad_norm: {len(self.grad_norm)} values for {len(self.entropy)} entropies")
+        if self.omega is not None and len(self.omega) != len(self.entropy):
+            raise ValueError(f"omega: {len(self.omega)} values for {len(self.entropy)} entropies")
         return self
 
 
@@ -78,6 +86,10 @@ class TokenStats(BaseModel):
 
     answers: list[AnswerTokens]
     step: int | None = None
+
+    @property
+    def has_omega(self) -> bool:
+        return bool(self.answers) and all(a.omega is not None and a.group is not None for a in self.answers)
 
 
 @dataclass
@@ -117,6 +129,7 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
         (folder / name).write_text(text)
         report.files.append(folder / name)
     report.files += plots.accuracy_vs_ratio(results, folder, metric)
+    report.files += plots.top_vs_bottom(results, folder, metric)  # none with a single mode
     lr_curve = plots.accuracy_vs_lr(results, folder / "accuracy_vs_lr.png", metric)
     if lr_curve is not None:
         report.files.append(lr_curve)
@@ -134,7 +147,8 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
         report.files.append(curves)
     else:
         report.notes.append(f"learning curves: no finished trial logged any of {list(CURVE_METRICS)}")
-    report.files += _token_scatter(client, runs, folder, report.notes)
+    scatter, diagnostic_numbers = _token_scatter(client, runs, folder, report.notes)
+    report.files += scatter
     for note in report.notes:
         logger.info("report: %s", note)
     if upload:
@@ -148,6 +162,10 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
         client.log_artifacts(parent.info.run_id, str(folder), artifact_path=ARTIFACT_DIR)
         note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""))
         report.summary = log_summary(client, parent.info.run_id, results, note, metric=metric)
+        if diagnostic_numbers:
+            client.log_batch(parent.info.run_id, metrics=[Metric(key, value, int(time.time() * 1000), 0)
+                                                          for key, value in sorted(diagnostic_numbers.items())])
+            report.summary.update(diagnostic_numbers)
     return report
 
 
@@ -189,7 +207,10 @@ def eval_curves(client: MlflowClient, runs: SweepRuns, metric: str = "accuracy")
     return curves
 
 
-def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]) -> list[Path]:
+def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]
+                   ) -> tuple[list[Path], dict[str, float]]:
+    """The paper's diagnostic figure from one trial's ``diagnostics/token_stats.json``, and its numbers
+    (:data:`DIAGNOSTIC_METRICS`) for the parent run."""
     # Prefer a GMTS trial's batch (the paper's figure); any trial's batch shows the same relation.
     for trial in sorted(runs.trials, key=lambda t: not is_gmts_like(t.point.method)):
         listed = {a.path for a in client.list_artifacts(trial.run_id, TOKEN_STATS_ARTIFACT.rsplit("/", 1)[0])}
@@ -202,36 +223,62 @@ def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: l
             except ValidationError as exc:
                 notes.append(f"entropy-vs-G scatter: {trial.name}'s {TOKEN_STATS_ARTIFACT} is malformed: {exc}")
                 continue
+        numbers = token_diagnostics(stats)
         when = f"step {stats.step}" if stats.step is not None else "last training batch"
-        title = f"{trial.name} ({trial.point.method}), {when}"
         path = plots.entropy_vs_gradnorm(
             [h for answer in stats.answers for h in answer.entropy],
             [g for answer in stats.answers for g in answer.grad_norm],
-            within_answer_spearman(stats),
+            numbers,
             folder / "entropy_vs_gradnorm.png",
-            title,
+            f"{trial.name} ({trial.point.method}), {when}",
         )
-        return [path]
+        described = ", ".join(f"{DIAGNOSTIC_METRICS[key]} = {value:.3f}" for key, value in numbers.items())
+        notes.append(f"token diagnostics of {trial.name} ({len(stats.answers)} answers, {when}): {described}")
+        if not stats.has_omega:
+            notes.append(f"{trial.name}'s {TOKEN_STATS_ARTIFACT} predates the per-token ω and groups: no Spearman "
+                         "of the GMTS score against the true gradient norm (rerun the trial to get it)")
+        return [path], numbers
     notes.append(f"entropy-vs-G scatter skipped: no finished trial has {TOKEN_STATS_ARTIFACT}")
-    return []
+    return [], {}
 
 
-def within_answer_spearman(stats: TokenStats) -> float:
-    """The core's within-answer Spearman (the same number as ``selection/spearman_entropy_gradnorm``)."""
-    import torch  # only this figure needs it
+# The parent run's metrics of the diagnostic batch, with what each one is.
+DIAGNOSTIC_METRICS = {
+    "diagnostics/spearman_entropy_gradnorm": "within-answer Spearman ρ(H, G)",
+    "diagnostics/pearson_log_entropy_log_gradnorm": "within-answer Pearson r(log H, log G)",
+    "diagnostics/spearman_gmts_score_true_gradnorm": "per-group Spearman ρ(H·|ω|, |ω|·G)",
+}
 
-    from workers.learner.diagnostics import within_answer_spearman as spearman
+
+def token_diagnostics(stats: TokenStats) -> dict[str, float]:
+    """The core's correlations (workers.learner.diagnostics) of one diagnostic batch, NaN-free: a number
+    that cannot be computed (too few tokens, no ω in an older artifact) is left out."""
+    import torch  # only these numbers need it
+
+    from workers.learner import diagnostics
 
     width = max((len(a.entropy) for a in stats.answers), default=0)
     rows = len(stats.answers)
-    entropy, grad_norm = torch.zeros(rows, width, dtype=torch.float64), torch.zeros(rows, width, dtype=torch.float64)
-    mask = torch.zeros(rows, width, dtype=torch.bool)
-    for i, answer in enumerate(stats.answers):
-        n = len(answer.entropy)
-        entropy[i, :n] = torch.tensor(answer.entropy, dtype=torch.float64)
-        grad_norm[i, :n] = torch.tensor(answer.grad_norm, dtype=torch.float64)
-        mask[i, :n] = True
-    return spearman(entropy, grad_norm, mask)
+
+    def padded(values_of) -> torch.Tensor:
+        out = torch.zeros(rows, width, dtype=torch.float64)
+        for i, answer in enumerate(stats.answers):
+            values = values_of(answer)
+            out[i, :len(values)] = torch.tensor(values, dtype=torch.float64)
+        return out
+
+    entropy, grad_norm = padded(lambda a: a.entropy), padded(lambda a: a.grad_norm)
+    mask = torch.arange(width)[None] < torch.tensor([len(a.entropy) for a in stats.answers])[:, None]
+    numbers = {
+        "diagnostics/spearman_entropy_gradnorm": diagnostics.within_answer_spearman(entropy, grad_norm, mask),
+        "diagnostics/pearson_log_entropy_log_gradnorm":
+            diagnostics.log_entropy_gradnorm_pearson(entropy, grad_norm, mask),
+    }
+    if stats.has_omega:
+        groups = torch.tensor([a.group for a in stats.answers])
+        numbers["diagnostics/spearman_gmts_score_true_gradnorm"] = diagnostics.gmts_score_spearman(
+            entropy, grad_norm, padded(lambda a: a.omega), mask, groups)
+    return {key: value for key, value in numbers.items() if not math.isnan(value)}
 
 
 def ui_command(tracking_uri: str) -> str:

@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
                         "default <spec name>-<UTC time>. The API passes its own sw-… id")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
     parser.add_argument("--verbose", action="store_true",
-                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and one line per step)")
+                        help="also print the INFO logs of vLLM, Ray and DeepSpeed (off: phases and the progress display)")
     return parser
 
 

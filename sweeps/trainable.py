@@ -45,7 +45,7 @@ def run_trial(tune_config: dict[str, Any], *, configs: dict[str, dict[str, Any]]
         with marker.as_directory() as folder:
             logger.info("%s: restarted by Tune after step %s", config.name, _marker_step(Path(folder)))
 
-    def on_step(report) -> None:  # report: orchestrator.train.StepReport (train logs the step's line)
+    def on_step(report) -> None:  # report: orchestrator.train.StepReport
         metrics = {**report.metrics, STEP_KEY: report.step, FINAL_KEY: 0}
         if report.checkpoint_dir is None:
             tune.report(metrics)
@@ -55,7 +55,8 @@ def run_trial(tune_config: dict[str, Any], *, configs: dict[str, dict[str, Any]]
             (Path(folder) / MARKER_FILE).write_text(json.dumps(payload))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
-    result = train(config, resume=True, on_step=on_step)
+    # The sweep's driver shows each trial's progress (sweeps/trial_progress.py), from what on_step reports.
+    result = train(config, resume=True, on_step=on_step, show_progress=False)
     logger.info("%s: done after %d steps, run %s %s", config.name, result.steps, result.run_id,
                 _short(result.final_metrics))
     tune.report({**result.final_metrics, STEP_KEY: result.steps, FINAL_KEY: 1, "run_id": result.run_id})

@@ -17,6 +17,7 @@ from sweeps.layout import SweepLayout
 from sweeps.labels import trial_label
 from sweeps.spec import SweepSpec, Trial
 from sweeps.trainable import run_trial, trial_resources
+from sweeps.trial_progress import TrialProgressBars
 
 TRIAL_KEY = "trial"
 
@@ -32,7 +33,7 @@ def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tu
         trainable(configs),
         param_space={TRIAL_KEY: tune.grid_search([trial.name for trial in trials])},
         tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent_trials,
-                                    trial_name_creator=functools.partial(_status_name, _labels(trials))),
+                                    trial_name_creator=functools.partial(_status_name, status_labels(trials))),
         run_config=tune.RunConfig(
             name=layout.sweep_id,
             storage_path=str(layout.tune_storage),
@@ -40,8 +41,15 @@ def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tu
             # Tune's checkpoints are only markers (the real ones live in each run_dir): keep the last.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             verbose=1,
+            callbacks=[progress_callback(trials)],  # pickled with the sweep's state: --resume brings it back
         ),
     )
+
+
+def progress_callback(trials: list[Trial]) -> TrialProgressBars:
+    """The driver's progress display: a bar per trial, named as in Tune's status table."""
+    return TrialProgressBars(status_labels(trials), {t.name: t.config.training.steps for t in trials}, TRIAL_KEY,
+                             interval=min(t.config.training.log_interval for t in trials))
 
 
 def can_restore(layout: SweepLayout) -> bool:
@@ -55,7 +63,8 @@ def restore_tuner(trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
     )
 
 
-def _labels(trials: list[Trial]) -> dict[str, str]:
+def status_labels(trials: list[Trial]) -> dict[str, str]:
+    """Per trial name, what Tune's status table and the progress bars call it."""
     return {trial.name: f"{trial_label(trial.point)} ({trial.name.rsplit('-', 1)[-1]})" for trial in trials}
 
 

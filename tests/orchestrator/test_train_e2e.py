@@ -73,7 +73,8 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
     assert 0.0 <= _history(client, full.run_id, "eval/arithmetic/changed_vs_base")[4] <= 1.0
     artifact = client.download_artifacts(full.run_id, "diagnostics/token_stats.json", str(tmp_path))
     answers = json.loads(open(artifact).read())["answers"]
-    assert answers and len(answers[0]["entropy"]) == len(answers[0]["grad_norm"]) > 0
+    assert answers and len(answers[0]["entropy"]) == len(answers[0]["grad_norm"]) == len(answers[0]["omega"]) > 0
+    assert all(isinstance(a["group"], int) for a in answers)
 
     # The same run stopped after step 2, then resumed: steps 3 and 4 repeat the uninterrupted run. It takes
     # the collective weight-sync route (learner rank 0 broadcasts to the vLLM worker over gloo), the full

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
 from sweeps import report as report_cli
-from sweeps.report import TokenStats, ablation_results, build_report, within_answer_spearman
+from sweeps.report import TokenStats, ablation_results, build_report, token_diagnostics
 from sweeps.results import find_parent, read_sweep
 from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
 
@@ -30,9 +30,29 @@ FINALS = {
     ("gmts", 0.5, "top", 0): (0.45, 0.20),  # no ETS at 0.5: no Δ
     ("ets", 0.2, "bottom", 0): (0.05, 0.01),
 }
-# One diagnostic batch of two answers: Spearman 1.0 and 0.8, mean 0.9.
-TOKEN_STATS = {"answers": [{"entropy": [0.1, 0.2, 0.3, 0.4], "grad_norm": [0.5, 0.6, 0.7, 0.8], "advantage": 1.0},
-                           {"entropy": [1.0, 2.0, 3.0, 4.0], "grad_norm": [1.0, 3.0, 2.0, 4.0], "advantage": -0.5}]}
+# One diagnostic batch of two answers of one group: Spearman 1.0 and 0.8, mean 0.9; ω = A/8 (token-mean).
+# (No ties among the |ω|·G of the group: the core's ranks are ordinal, SciPy's average tied ranks.)
+TOKEN_STATS = {"answers": [{"entropy": [0.1, 0.2, 0.3, 0.4], "grad_norm": [0.5, 0.6, 0.7, 0.8], "advantage": 0.9,
+                            "omega": [0.9 / 8] * 4, "group": 0},
+                           {"entropy": [1.0, 2.0, 3.0, 4.0], "grad_norm": [1.0, 3.0, 2.0, 4.0], "advantage": -0.5,
+                            "omega": [-0.5 / 8] * 4, "group": 0}]}
+
+
+def expected_diagnostics(stats: dict) -> dict[str, float]:
+    """The three numbers computed independently with NumPy/SciPy."""
+    import numpy as np
+    from scipy import stats as scipy_stats
+
+    answers = stats["answers"]
+    pearson = np.mean([np.corrcoef(np.log(a["entropy"]), np.log(a["grad_norm"]))[0, 1] for a in answers])
+    spearman = np.mean([scipy_stats.spearmanr(a["entropy"], a["grad_norm"]).statistic for a in answers])
+    out = {"diagnostics/pearson_log_entropy_log_gradnorm": float(pearson),
+           "diagnostics/spearman_entropy_gradnorm": float(spearman)}
+    if "omega" in answers[0]:  # one group: its tokens pooled
+        score = [h * abs(w) for a in answers for h, w in zip(a["entropy"], a["omega"])]
+        true_norm = [g * abs(w) for a in answers for g, w in zip(a["grad_norm"], a["omega"])]
+        out["diagnostics/spearman_gmts_score_true_gradnorm"] = float(scipy_stats.spearmanr(score, true_norm).statistic)
+    return out
 
 
 def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str, point: tuple, finals: tuple | None,
@@ -123,7 +143,8 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
     client = store["client"]
     folder = store["tmp"] / "report"
     report = build_report(client, client.get_run(store["parent_id"]), folder)
-    assert report.notes == []
+    assert len(report.notes) == 1 and report.notes[0].startswith("token diagnostics of unit-t004 (2 answers")
+    assert "per-group Spearman ρ(H·|ω|, |ω|·G) = " in report.notes[0]
 
     markdown = (folder / "ablation.md").read_text()
     gmts_row = next(line for line in markdown.splitlines() if line.startswith("| gmts | top |"))
@@ -146,14 +167,16 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
 
     listed = {a.path for a in client.list_artifacts(store["parent_id"], "ablation")}
     expected = {"ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
-                "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png"}
+                "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png", "notes.txt",
+                "top_vs_bottom.png"}  # ETS ran top and bottom at ρ = 0.2
     assert listed == {f"ablation/{name}" for name in expected}
     # The table is the parent's first artifact (the UI lists them in name order).
     root = [a.path for a in client.list_artifacts(store["parent_id"])]
     assert root[0] == "Ablation.html" and sorted(root) == root
     assert "<th colspan='2'>ρ = 0.2</th>" in Path(client.download_artifacts(store["parent_id"], "Ablation.html",
                                                                             str(store["tmp"]))).read_text()
-    for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png"):
+    for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png",
+                "top_vs_bottom.png"):
         image = matplotlib.image.imread(folder / png)
         assert image.shape[0] > 200 and image.shape[1] > 200
 
@@ -207,8 +230,40 @@ def test_learning_curves_average_seeds(store: dict) -> None:
     assert ets.values == pytest.approx([0.1 * s + 0.005 for s in (1, 2, 3)], abs=1e-12)  # seeds 0 and 1
 
 
-def test_within_answer_spearman_of_the_diagnostic_batch() -> None:
-    assert within_answer_spearman(TokenStats.model_validate(TOKEN_STATS)) == pytest.approx(0.9, abs=1e-12)
+def test_token_diagnostics_of_the_batch_match_numpy_and_scipy() -> None:
+    numbers = token_diagnostics(TokenStats.model_validate(TOKEN_STATS))
+    assert numbers["diagnostics/spearman_entropy_gradnorm"] == pytest.approx(0.9, abs=1e-12)
+    assert numbers == pytest.approx(expected_diagnostics(TOKEN_STATS), abs=1e-12)
+    # The GMTS score orders the group across its answers, not only within each one.
+    assert numbers["diagnostics/spearman_gmts_score_true_gradnorm"] != pytest.approx(0.9)
+
+
+def test_the_parent_run_gets_the_diagnostic_numbers(store: dict) -> None:
+    client = store["client"]
+    report = build_report(client, client.get_run(store["parent_id"]), store["tmp"] / "diagnostics")
+    metrics = client.get_run(store["parent_id"]).data.metrics
+    expected = expected_diagnostics(TOKEN_STATS)
+    assert {key: metrics[key] for key in expected} == pytest.approx(expected, abs=1e-12)
+    assert {key: report.summary[key] for key in expected} == pytest.approx(expected, abs=1e-12)
+
+
+def test_an_artifact_without_omega_gets_the_figure_and_a_note(store: dict) -> None:
+    """Runs from before ω was saved: the figure and the H–G numbers, and a note instead of the GMTS check."""
+    client = store["client"]
+    experiment_id = client.get_run(store["parent_id"]).info.experiment_id
+    old = client.create_run(experiment_id, run_name="old", tags={SWEEP_ID_TAG: "old-sweep"})
+    child = _child(client, experiment_id, old.info.run_id, "old-t000", ("gmts", 0.2, "top", 0), (0.3, 0.1))
+    without = {"answers": [{k: v for k, v in a.items() if k not in ("omega", "group")} for a in TOKEN_STATS["answers"]]}
+    stats_file = store["tmp"] / "old" / "token_stats.json"
+    stats_file.parent.mkdir()
+    stats_file.write_text(json.dumps(without))
+    client.log_artifact(child, str(stats_file), "diagnostics")
+    report = build_report(client, client.get_run(old.info.run_id), store["tmp"] / "old" / "report")
+    assert (store["tmp"] / "old" / "report" / "entropy_vs_gradnorm.png").is_file()
+    assert any("predates the per-token ω" in note for note in report.notes)
+    metrics = client.get_run(old.info.run_id).data.metrics
+    assert metrics["diagnostics/spearman_entropy_gradnorm"] == pytest.approx(0.9, abs=1e-12)
+    assert "diagnostics/spearman_gmts_score_true_gradnorm" not in metrics
 
 
 def test_scatter_skipped_with_a_note_without_diagnostics(store: dict) -> None:

@@ -3,13 +3,13 @@
 from types import SimpleNamespace
 
 from sweeps.spec import SweepSpec, expand
-from sweeps.tuner import TRIAL_KEY, _labels, _status_name
+from sweeps.tuner import TRIAL_KEY, _status_name, status_labels
 
 
 def test_status_names_say_the_method_or_recipe():
     spec = SweepSpec.model_validate({"name": "demo", "base": {"preset": "cpu-tiny-s"},
                                      "grid": {"method": ["none", "ets-release"], "ratio": [0.2]}})
     trials = expand(spec)
-    labels = _labels(trials)
+    labels = status_labels(trials)
     names = [_status_name(labels, SimpleNamespace(config={TRIAL_KEY: trial.name})) for trial in trials]
     assert names == ["All tokens (t000)", "ETS-release top-20 % (t001)"]

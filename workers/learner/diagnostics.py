@@ -19,7 +19,11 @@ sequence or [B, T] per token.
 
 The GMTS paper motivates its score by the observation that within one answer, token entropy
 ranks tokens almost as the exact logits-gradient norm G does; :func:`within_answer_spearman`
-measures that on every batch.
+measures that on every batch (``selection/spearman_entropy_gradnorm``), and
+:func:`log_entropy_gradnorm_pearson` how straight the relation is on the paper's log–log axes
+(``selection/pearson_log_entropy_log_gradnorm``). :func:`gmts_score_spearman` asks the question behind
+the score itself: does H_t·|ω_t| rank the tokens of a group of rollouts as the true norm of the loss
+gradient with respect to their logits, |ω_t|·G_t, does?
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ def selection_diagnostics(
             metrics[f"loss/clip_fraction_{name}"] = float((clipped & mask).sum()) / max(n_tokens, 1)
     if grad_norm is not None:
         metrics["selection/spearman_entropy_gradnorm"] = within_answer_spearman(entropy, grad_norm, mask)
+        metrics["selection/pearson_log_entropy_log_gradnorm"] = log_entropy_gradnorm_pearson(entropy, grad_norm, mask)
     if advantages is not None:
         metrics.update(advantage_diagnostics(chosen, mask, advantages, loss_agg, apply_to))
     if selection.treated is not None:
@@ -115,7 +120,17 @@ def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
 def within_answer_spearman(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, min_tokens: int = 3) -> float:
     """Mean over answers (rows with ≥ min_tokens tokens) of Spearman's ρ between x and y.
 
-    Ranks are ordinal within each row's masked tokens (float ties are rare and do not bias the mean).
+    Ranks are ordinal within each row's masked tokens (float ties are rare and do not bias the mean);
+    ρ is then Pearson's r of the ranks.
+    """
+    mask = mask.bool()
+    return within_answer_pearson(_row_ranks(x.double(), mask), _row_ranks(y.double(), mask), mask, min_tokens)
+
+
+def within_answer_pearson(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, min_tokens: int = 3) -> float:
+    """Mean over answers (rows with ≥ min_tokens masked tokens) of Pearson's r between x and y.
+
+    Rows where x or y does not vary have no r and are left out of the mean; NaN when no row has one.
     """
     mask = mask.bool()
     counts = mask.sum(-1)
@@ -123,14 +138,50 @@ def within_answer_spearman(x: torch.Tensor, y: torch.Tensor, mask: torch.Tensor,
     if not bool(rows.any()):
         return float("nan")
     x, y, mask, counts = x[rows].double(), y[rows].double(), mask[rows], counts[rows].double()
-    rank_x, rank_y = _row_ranks(x, mask), _row_ranks(y, mask)
-    mean = (counts - 1) / 2  # mean of ranks 0..n−1
-    dx, dy = (rank_x - mean[:, None]) * mask, (rank_y - mean[:, None]) * mask
+    x, y = torch.where(mask, x, 0.0), torch.where(mask, y, 0.0)  # masked-out entries may hold inf/NaN
+    dx = (x - (x.sum(-1) / counts)[:, None]) * mask
+    dy = (y - (y.sum(-1) / counts)[:, None]) * mask
     denominator = (dx.square().sum(-1) * dy.square().sum(-1)).sqrt()
     valid = denominator > 0
     if not bool(valid.any()):
         return float("nan")
     return float(((dx * dy).sum(-1)[valid] / denominator[valid]).mean())
+
+
+def log_entropy_gradnorm_pearson(entropy: torch.Tensor, grad_norm: torch.Tensor, mask: torch.Tensor,
+                                 min_tokens: int = 3) -> float:
+    """Within-answer Pearson's r of log H_t vs log G_t: the paper's log–log figure as one number.
+
+    Tokens with H = 0 or G = 0 (a probability of exactly 1 in float) have no logarithm and are left out.
+    """
+    kept = mask.bool() & (entropy > 0) & (grad_norm > 0)
+    tiny = torch.finfo(torch.float64).tiny  # only where kept is False: keeps log finite before masking
+    return within_answer_pearson(entropy.double().clamp_min(tiny).log(), grad_norm.double().clamp_min(tiny).log(),
+                                 kept, min_tokens)
+
+
+def gmts_score_spearman(entropy: torch.Tensor, grad_norm: torch.Tensor, omega: torch.Tensor, mask: torch.Tensor,
+                        group_ids: torch.Tensor, min_tokens: int = 3) -> float:
+    """Mean over groups of rollouts of Spearman's ρ between the GMTS score H_t·|ω_t| and the true norm of
+    the loss gradient with respect to token t's logits, |ω_t|·G_t (see ``losses.effective_grad_coef``).
+
+    A group is the population the GMTS release ranks; its answers' tokens are pooled, so this measures the
+    ordering across answers as well as within one. Tokens with ω_t = 0 are left out: GMTS never selects
+    them (``drops_zero_scores``) and their tied zeros on both sides would count as agreement.
+    """
+    mask = mask.bool() & (omega != 0)
+    score, true_norm = entropy.double() * omega.double().abs(), grad_norm.double() * omega.double().abs()
+    groups = [mask & (group_ids == g)[:, None] for g in torch.unique(group_ids)]
+    width = max((int(g.sum()) for g in groups), default=0)
+    if width == 0:
+        return float("nan")
+    rows = len(groups)
+    x, y = torch.zeros(rows, width, dtype=torch.float64), torch.zeros(rows, width, dtype=torch.float64)
+    pooled = torch.zeros(rows, width, dtype=torch.bool)
+    for row, members in enumerate(groups):
+        n = int(members.sum())
+        x[row, :n], y[row, :n], pooled[row, :n] = score[members], true_norm[members], True
+    return within_answer_spearman(x, y, pooled, min_tokens)
 
 
 def _row_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,7 @@ from workers.learner.batch import ResponseIndex, TrainBatch
 from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
-from workers.learner.losses import PolicyLossConfig, ppo_clip_loss
+from workers.learner.losses import PolicyLossConfig, aggregation_weights, effective_grad_coef, ppo_clip_loss
 from workers.weights.object_store import HostWeights
 from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pass, needs_scoring_pass, pack_by_tokens,
                                       row_spans, schedule_units, split_groups, stack_rows)
@@ -238,12 +238,20 @@ class LearnerEngine:
         return batch.replace(old_logp=old.cpu(), ref_logp=ref.cpu() if ref is not None else batch.ref_logp)
 
     @torch.no_grad()
-    def token_statistics(self, batch: TrainBatch) -> list[dict[str, list[float] | float]]:
-        """Per answer: each response token's entropy H and logits-gradient norm G = ‖e_o − p‖ at the
-        current weights, with the answer's advantage — the data of the paper's entropy-vs-gradient
-        figure. One no-grad forward per micro-batch; a collective under ZeRO-3."""
+    def token_statistics(self, batch: TrainBatch) -> list[dict[str, list[float] | float | int]]:
+        """Per answer: each response token's entropy H, logits-gradient norm G = ‖e_o − p‖ and effective
+        gradient coefficient ω at the current weights, with the answer's advantage and group — the data of
+        the paper's entropy-vs-gradient figure and of the GMTS-score check (|ω|·G is the norm of the loss
+        gradient with respect to the token's logits). One no-grad forward per micro-batch (and one of the
+        reference with KL); a collective under ZeRO-3.
+
+        ω is the policy loss's (``effective_grad_coef``) on-policy (π_old = π: the ratio the next update
+        would start from), with its aggregation weight over this rank's shard; a token method's per-token
+        terms (Archer, KL-Cov, shaped advantages) are not in it."""
         batch = batch.to("cpu")
-        answers: list[dict[str, list[float] | float]] = []
+        loss_config = self._loss_config_for(batch)
+        weights = aggregation_weights(batch.response_mask, loss_config.loss_agg, loss_config.loss_agg_norm_length)
+        answers: list[dict[str, list[float] | float | int]] = []
         self.engine.eval()
         try:
             for rows in torch.arange(batch.batch_size).split(self.learner.micro_batch_size):
@@ -252,11 +260,23 @@ class LearnerEngine:
                 logits = self.engine(piece.input_ids, piece.attention_mask, index.rows, index.positions)
                 stats = token_stats_from_logits(logits[None], index.tokens[None], self.temperature,
                                                 with_grad_norm=True)
+                logp = _to_layout(stats.logp[0], index, piece.response_mask)
+                ref_logp = None
+                if self.reference is not None:
+                    ref_logits = response_logits(self.reference, piece.input_ids, piece.attention_mask,
+                                                 index.rows, index.positions)
+                    ref_logp = _to_layout(self._flat_logp(ref_logits, index), index, piece.response_mask)
+                mask = piece.response_mask
+                omega = effective_grad_coef(logp, logp, piece.advantages[:, None].expand_as(mask), mask, loss_config,
+                                            ref_logp, include_aggregation_weight=False)
+                omega = omega * weights[rows, :mask.shape[1]].to(omega.device)  # select() trims the width
                 for row in range(piece.batch_size):
                     at_row = index.rows == row
                     answers.append({"entropy": stats.entropy[0][at_row].cpu().tolist(),
                                     "grad_norm": stats.grad_norm[0][at_row].cpu().tolist(),
-                                    "advantage": float(piece.advantages[row])})
+                                    "omega": omega[row][mask[row].bool()].cpu().tolist(),
+                                    "advantage": float(piece.advantages[row]),
+                                    "group": int(piece.group_ids[row])})
         finally:
             self.engine.train()
         return answers

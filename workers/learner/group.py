@@ -126,7 +126,7 @@ class LearnerGroup:
         return self._on_all("load_checkpoint", str(path))[0]
 
     def token_statistics(self, batch: TrainBatch) -> list[dict]:
-        """Per-answer token entropy and G (see LearnerEngine.token_statistics), answers in shard order."""
+        """Per-answer token entropy, G and ω (see LearnerEngine.token_statistics), answers in shard order."""
         return [answer for shard in self._on_shards("token_statistics", batch) for answer in shard]
 
     def shutdown(self) -> None:

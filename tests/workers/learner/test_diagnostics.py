@@ -25,6 +25,7 @@ def test_diagnostics_report_the_selection():
     assert metrics["selection/selected_fraction"] == pytest.approx(0.25)
     assert metrics["selection/entropy_selected"] > metrics["selection/entropy_all"]
     assert metrics["selection/spearman_entropy_gradnorm"] == pytest.approx(1.0)
+    assert metrics["selection/pearson_log_entropy_log_gradnorm"] == pytest.approx(1.0)  # log G = log H + log 2
     assert metrics["selection/score_q10"] <= metrics["selection/score_q50"] <= metrics["selection/score_q90"]
 
 
@@ -48,3 +49,62 @@ def test_advantage_and_position_diagnostics_by_hand():
     assert token_mean["selection/decile_0"] == pytest.approx(2 / 3)  # rows 0 and 2 chosen at 0, row 1 not
     assert token_mean["selection/decile_5"] == pytest.approx(1 / 2)  # row 1's second token yes, row 0's third no
     assert token_mean["selection/decile_7"] == pytest.approx(1.0) and math.isnan(token_mean["selection/decile_9"])
+
+
+def test_within_answer_pearson_is_the_mean_of_scipy_per_answer():
+    from scipy import stats
+
+    from workers.learner.diagnostics import within_answer_pearson
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.rand(3, 7, generator=g, dtype=torch.float64), torch.rand(3, 7, generator=g, dtype=torch.float64)
+    lengths = [7, 5, 2]  # the last answer has too few tokens to count
+    mask = torch.arange(7)[None] < torch.tensor(lengths)[:, None]
+    x[1, 5:] = float("nan")  # padding may hold anything
+    expected = (stats.pearsonr(x[0], y[0]).statistic + stats.pearsonr(x[1, :5], y[1, :5]).statistic) / 2
+    assert within_answer_pearson(x, y, mask) == pytest.approx(expected, abs=1e-12)
+    constant = torch.ones(1, 4, dtype=torch.float64)
+    assert math.isnan(within_answer_pearson(constant, torch.rand(1, 4, dtype=torch.float64), torch.ones(1, 4)))
+
+
+def test_log_log_pearson_by_hand_skips_tokens_without_a_logarithm():
+    import numpy as np
+
+    from workers.learner.diagnostics import log_entropy_gradnorm_pearson
+
+    entropy = torch.tensor([[0.1, 0.4, 0.9, 1.6, 0.0], [2.0, 0.5, 1.0, 3.0, 0.7]])
+    grad_norm = torch.tensor([[0.2, 0.5, 0.6, 0.9, 0.0], [0.8, 0.1, 0.3, 0.0, 0.4]])
+    mask = torch.ones(2, 5)
+    # Row 0: (H, G) = 0 is left out; row 1: G = 0 at column 3 is left out.
+    keep = [[0, 1, 2, 3], [0, 1, 2, 4]]
+    by_hand = [np.corrcoef(np.log(entropy[r, k].double().numpy()), np.log(grad_norm[r, k].double().numpy()))[0, 1]
+               for r, k in enumerate(keep)]
+    assert log_entropy_gradnorm_pearson(entropy, grad_norm, mask) == pytest.approx(float(np.mean(by_hand)), abs=1e-6)
+    # A power law G = c·H^k is a straight line on log–log axes: r = 1 whatever c and k.
+    h = torch.tensor([[0.01, 0.1, 0.5, 2.0]])
+    assert log_entropy_gradnorm_pearson(h, 0.3 * h ** 0.25, torch.ones(1, 4)) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_gmts_score_spearman_pools_each_group_and_drops_zero_omega():
+    from scipy import stats
+
+    from workers.learner.diagnostics import gmts_score_spearman
+
+    g = torch.Generator().manual_seed(5)
+    entropy, grad_norm = torch.rand(4, 5, generator=g), torch.rand(4, 5, generator=g)
+    omega = torch.tensor([0.5, -1.0, 0.25, 0.0])[:, None].expand(4, 5).clone()  # answer 3: A = 0
+    omega[2, 4] = 0.0
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]).bool()
+    group_ids = torch.tensor([7, 7, 9, 9])
+    per_group = []
+    for rows in ([0, 1], [2, 3]):
+        keep = mask[rows] & (omega[rows] != 0)
+        score = (entropy[rows] * omega[rows].abs())[keep].double()
+        true_norm = (grad_norm[rows] * omega[rows].abs())[keep].double()
+        per_group.append(stats.spearmanr(score, true_norm).statistic)
+    value = gmts_score_spearman(entropy, grad_norm, omega, mask, group_ids)
+    assert value == pytest.approx(sum(per_group) / 2, abs=1e-12)
+    # Within one answer |ω| is one number: the score ranks its tokens exactly as H ranks G.
+    single = gmts_score_spearman(entropy[:1], grad_norm[:1], omega[:1], mask[:1], group_ids[:1])
+    assert single == pytest.approx(within_answer_spearman(entropy[:1], grad_norm[:1], mask[:1]), abs=1e-12)
+    assert math.isnan(gmts_score_spearman(entropy, grad_norm, torch.zeros(4, 5), mask, group_ids))

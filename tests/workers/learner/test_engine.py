@@ -137,6 +137,22 @@ def test_one_forward_per_micro_batch_and_lm_head_only_at_response_tokens(model_d
     assert -1 <= metrics["selection/spearman_entropy_gradnorm"] <= 1
 
 
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean"])
+def test_token_statistics_carry_omega_and_the_group_of_each_answer(model_dir, loss_agg):
+    """On-policy, without KL, ω_t = w_t·A_i: A/N for token-mean, A/(|o_i|·B) for seq-mean-token-mean."""
+    engine = make_engine(model_dir, loss=PolicyLossConfig(loss_agg=loss_agg))
+    batch = make_batch(groups=3)
+    answers = engine.token_statistics(batch)
+    lengths = batch.response_mask.sum(-1).tolist()
+    assert [len(a["entropy"]) for a in answers] == [len(a["grad_norm"]) for a in answers] == lengths
+    assert [a["group"] for a in answers] == batch.group_ids.tolist()
+    total = sum(lengths)
+    for answer, advantage, length in zip(answers, batch.advantages.tolist(), lengths, strict=True):
+        weight = 1 / total if loss_agg == "token-mean" else 1 / (length * batch.batch_size)
+        assert answer["omega"] == pytest.approx([advantage * weight] * int(length), rel=1e-5)
+        assert all(h > 0 for h in answer["entropy"]) and all(0 < g < 2 ** 0.5 for g in answer["grad_norm"])
+
+
 def test_on_policy_batch_needs_no_old_logp_and_several_mini_batches_compute_their_own(model_dir):
     sampled = make_batch()
     engine = make_engine(model_dir, mini_batch_size=16)
