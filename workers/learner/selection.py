@@ -187,7 +187,8 @@ class SelectionConfig(BaseModel):
     )
     rule: Literal["count", "quantile"] = Field(
         "count", description="'count': exactly ⌈ρ·n⌉ tokens, ties broken by a seeded random order; 'quantile': "
-        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL)."
+        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL). archer at scope 'response' always uses its authors' "
+        "rule: strictly above each response's linear (1 − ρ)-quantile."
     )
     apply_to: Literal["advantage", "loss"] = Field(
         "advantage",
@@ -264,6 +265,10 @@ class SelectionConfig(BaseModel):
             raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
         if method.scopes is not None and self.scope not in method.scopes:
             raise ValueError(f"scope: method {self.method!r} supports scope {list(method.scopes)}, got {self.scope!r}")
+        if self.method == "archer" and self.scope == "response" and "rule" in self.model_fields_set \
+                and self.rule != "quantile":
+            raise ValueError(f"rule: archer at scope 'response' is its authors' rule (strictly above each response's "
+                             f"(1 − ρ)-quantile); leave rule unset or 'quantile', got {self.rule!r}")
         return self
 
     @property
@@ -488,7 +493,7 @@ def _entropy_adv(x: ScoreInputs, population: Population) -> Selection:
 
 def _archer(x: ScoreInputs, population: Population) -> Selection:
     scores = torch.where(x.mask, x.entropy.detach().float(), torch.zeros_like(x.entropy, dtype=torch.float32))
-    if x.config.scope == "response" and x.config.rule == "quantile":
+    if x.config.scope == "response":
         high = high_entropy_per_response(x.entropy, x.mask, x.config.ratio)  # the authors' own rule, exactly
     else:
         high = _keep_best(scores, x.mask, x.group_ids, x.config, population.process_group, population.tie_break)
