@@ -383,6 +383,9 @@ def test_every_zoo_method_logs_the_same_selection_diagnostics(method, ratio):
       "covariance": {"clip_lower": 5.0, "clip_upper": 1.0}}, "clip_upper"),
     ({"method": "entropy_adv", "entropy_advantage": {"kappa": 1.0}}, "kappa"),
     ({"method": "archer", "ratio": 0.2, "archer": {"high_entropy_clip": 1.0}}, "high_entropy_clip"),
+    ({"method": "archer", "ratio": 0.2, "scope": "response", "rule": "count"}, "rule"),  # the authors' rule only
+    ({"method": "clip_cov", "ratio": 0.01, "scope": "micro_batch", "covariance": {"ratio_clip": 1.5}}, "ratio_clip"),
+    ({"method": "kl_cov", "ratio": 0.01, "scope": "response"}, "scope"),  # no paper ranks covariance per answer
 ])
 def test_bad_zoo_config_names_the_field(kwargs, field):
     with pytest.raises(ValidationError, match=field):
