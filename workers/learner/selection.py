@@ -182,13 +182,13 @@ class SelectionConfig(BaseModel):
     mode: Literal["top", "bottom"] = Field("top", description="Keep the highest- or the lowest-scored tokens.")
     scope: SelectionScope = Field(
         "group", description="Ranking population: each prompt group; each response (Archer); one micro-batch on "
-        "this rank; one optimiser "
-        "step's mini-batch on this rank; one micro-batch on every rank (TRL); one mini-batch on every rank."
+        "this rank; one optimiser step's mini-batch on this rank; one micro-batch on every rank (TRL); one "
+        "mini-batch on every rank."
     )
     rule: Literal["count", "quantile"] = Field(
         "count", description="'count': exactly ⌈ρ·n⌉ tokens, ties broken by a seeded random order; 'quantile': "
-        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL). archer at scope 'response' always uses its authors' "
-        "rule: strictly above each response's linear (1 − ρ)-quantile."
+        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL). archer at scope 'response' always uses its "
+        "authors' rule: strictly above each response's linear (1 − ρ)-quantile."
     )
     apply_to: Literal["advantage", "loss"] = Field(
         "advantage",

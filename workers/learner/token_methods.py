@@ -80,13 +80,15 @@ class EntropyAdvantageConfig(BaseModel):
     alpha: float = Field(0.4, gt=0.0, description="α: entropy bonus per nat of token entropy (not verified against "
                          "the paper, docs/methods.md).")
     kappa: float = Field(2.0, gt=1.0, description="κ > 1: the bonus is capped at |A|/κ, so the shaped advantage "
-                         "keeps A's sign (κ = 1 would zero a negative advantage); 2 is not verified against the paper.")
+                         "keeps A's sign (κ = 1 would zero a negative advantage); 2 is not verified against the "
+                         "paper.")
 
 
 class ArcherConfig(BaseModel):
     """Dual-token constraints (arXiv 2507.15778): the top ρ tokens by entropy get these settings.
 
-    Defaults are the authors' released script (wizard-III/ArcherCodeR ``scripts/train/run_archer_qwen2.5_1.5b_code.sh``):
+    Defaults are the authors' released script (wizard-III/ArcherCodeR
+    ``scripts/train/run_archer_qwen2.5_1.5b_code.sh``):
     token_entropy_quantile = 0.8 (ρ = 0.2, each response its own population: ``scope: response``),
     high_entropy_clip_ratio_low/high = 0.5, high_entropy_kl_loss_scale_coef = 0.0, and for the other tokens
     clip 0.2/0.2 and kl_loss_coef = 0.001 (low_var_kl), which are ``algorithm.loss``'s here.
