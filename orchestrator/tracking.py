@@ -33,7 +33,7 @@ MAX_PARAM_CHARS = 6000
 def grid_params(config: ExperimentConfig) -> dict[str, str]:
     """The short, stable names a sweep's ablation grid is compared by in the MLflow UI.
 
-    Only what means something for the run's method: the full-token baseline (a method with no score) has
+    Only what means something for the run's method: the full-token baseline (a method with neither a score nor a select) has
     no ratio, mode, scope or denominator, and ``recipe`` appears only when the run follows one.
     """
     selection = config.selection
@@ -63,8 +63,10 @@ def run_params(config: ExperimentConfig) -> dict[str, str]:
 
 
 def _selects(config: ExperimentConfig) -> bool:
+    """Every method but the full-token baseline: the ranked ones (a score) and the token methods (a select,
+    e.g. clip_cov, archer), whose ratio, scope and own settings a run must record too."""
     method = SELECTION_METHODS.get(config.selection.method)
-    return method is not None and method.score is not None
+    return method is not None and (method.score is not None or method.select is not None)
 
 
 def _dataset_input(name: str, problems: list[Problem], *, context: str) -> DatasetInput:

@@ -32,8 +32,9 @@ AXIS_FIELDS: dict[str, str] = {
     "algorithm": "algorithm.name",
     "seed": "training.seed",
     "lr": "learner.lr",
+    "kl_coef": "algorithm.loss.kl_coef",
 }
-AXES = ("method", "scope", "denominator", "ratio", "mode", "model_size", "algorithm", "lr", "seed")
+AXES = ("method", "scope", "denominator", "ratio", "mode", "model_size", "algorithm", "lr", "kl_coef", "seed")
 # The full-token baseline selects nothing: these axes do not apply to it (one trial, not one per value).
 SELECTION_ONLY_AXES = ("ratio", "mode", "scope", "denominator")
 APPLY_TO_OF_DENOMINATOR = {denominator: apply_to for apply_to, denominator in DENOMINATORS.items()}
@@ -86,6 +87,11 @@ class GridAxes(_Strict):
     algorithm: list[Literal["grpo", "dapo"]] | None = Field(None, json_schema_extra=_axis())
     seed: list[int] | None = Field(None, json_schema_extra=_axis(SEED_ITEMS))
     lr: list[float] | None = Field(None, json_schema_extra=_axis({"exclusiveMinimum": 0}), description="Learner learning rates, for every method without its own list.")
+    kl_coef: list[float] | None = Field(
+        None, json_schema_extra=_axis({"minimum": 0}),
+        description="β of the KL(π‖π_ref) term (algorithm.loss.kl_coef), e.g. each zoo arm at its paper's β in "
+        "`trials`. The ablation report does not tell trials apart by β, so two points that differ only in β "
+        "are refused.")
     lr_by_method: dict[str, list[float]] | None = Field(
         None, json_schema_extra=lambda schema: [
             option.update(additionalProperties={"type": "array", "minItems": 1,
@@ -112,6 +118,14 @@ class GridAxes(_Strict):
                 if lr <= 0:
                     raise ValueError(f"{method}[{index}]={lr} must be > 0")
         return by_method
+
+    @field_validator("kl_coef")
+    @classmethod
+    def _kl_coefs_not_negative(cls, coefs: list[float] | None) -> list[float] | None:
+        for index, coef in enumerate(coefs or []):
+            if coef < 0:
+                raise ValueError(f"kl_coef[{index}]={coef} must be ≥ 0")
+        return coefs
 
     @field_validator("method")
     @classmethod
@@ -196,7 +210,19 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
             point = {k: v for k, v in point.items() if k not in ("scope", "denominator")}
         if point not in unique and not any(_matches(point, rule) for rule in spec.exclude):
             unique.append(point)
+    _one_kl_coef_per_point(unique)
     return unique
+
+
+def _one_kl_coef_per_point(points: list[dict[str, Any]]) -> None:
+    """Refuse points that differ only in β: the ablation report (TrialPoint) would merge their cells."""
+    seen: dict[str, Any] = {}
+    for point in points:
+        rest = json.dumps({k: v for k, v in point.items() if k != "kl_coef"}, sort_keys=True)
+        if rest in seen and seen[rest] != point.get("kl_coef"):
+            raise ConfigError(f"kl_coef: the point {trial_name(point)} appears again with kl_coef={seen[rest]}; points "
+                              "that differ only in β are not told apart by the ablation report: give each one kl_coef")
+        seen[rest] = point.get("kl_coef")
 
 
 def _dotted(overrides: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -38,6 +38,18 @@ def test_a_recipe_run_names_its_recipe_and_population(tmp_path: Path) -> None:
     assert "recipe" not in plain and plain["method"] == "ets"
 
 
+def test_a_token_method_run_records_its_ratio_scope_and_own_settings(tmp_path: Path) -> None:
+    """clip_cov / archer choose tokens with a select, not a score: their settings are a run's params all the same."""
+    config = _config(tmp_path, "selection.recipe=null", "selection.method=archer", "selection.scope=response",
+                     "selection.ratio=0.2")
+    params = run_params(config)
+    assert (params["method"], params["ratio"], params["scope"]) == ("archer", "0.2", "response")
+    assert params["selection.archer.high_entropy_clip"] == "0.5"
+    clip_cov = run_params(_config(tmp_path, "selection.recipe=null", "selection.method=clip_cov",
+                                  "selection.scope=micro_batch", "selection.ratio=0.0002"))
+    assert (clip_cov["ratio"], clip_cov["selection.covariance.ratio_clip"]) == ("0.0002", "1.0")
+
+
 def test_datasets_fill_the_runs_datasets(tmp_path: Path) -> None:
     config = _config(tmp_path)
     tracker = RunTracker(config)

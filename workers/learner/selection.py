@@ -36,6 +36,8 @@ ranking population, as in the released GMTS code — so ρ is a fraction of the 
 Populations (``scope``), each named for what it ranks:
 - ``group``: each prompt's group of rollouts (the GMTS release; its loop only reached the first
   group, a bug not repeated here);
+- ``response``: each response on its own (Archer's code ranks entropy per response); exact in any
+  micro-batch, since a micro-batch holds whole responses;
 - ``micro_batch``: the tokens of one forward/backward pass on this rank (the "80/20" code);
 - ``mini_batch``: every token of one optimiser step on this rank, across its micro-batches and
   token-budget pieces (the GMTS release's ETS). The learner scores the mini-batch in one no-grad
@@ -69,8 +71,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from workers.learner.losses import PolicyLossConfig, TokenTerms, clip_masks, effective_grad_coef
 from workers.learner.token_methods import (ArcherConfig, CovarianceConfig, EntropyAdvantageConfig, archer_terms,
-                                           clip_cov_detached, entropy_shaped_advantages, kl_cov_penalised,
-                                           token_covariance)
+                                           clip_cov_detached, entropy_shaped_advantages, high_entropy_per_response,
+                                           kl_cov_penalised, token_covariance)
 from workers.registry import Registered
 
 
@@ -144,7 +146,7 @@ def register_selection_method(name: str, **facts: Any):
 
     return decorator
 
-SelectionScope = Literal["group", "micro_batch", "mini_batch", "global_micro_batch", "global"]
+SelectionScope = Literal["group", "response", "micro_batch", "mini_batch", "global_micro_batch", "global"]
 SCOPES: tuple[str, ...] = SelectionScope.__args__
 # Scopes whose population spans every data-parallel rank, and those spanning a whole optimiser step.
 CROSS_RANK_SCOPES = ("global_micro_batch", "global")
@@ -179,12 +181,14 @@ class SelectionConfig(BaseModel):
     )
     mode: Literal["top", "bottom"] = Field("top", description="Keep the highest- or the lowest-scored tokens.")
     scope: SelectionScope = Field(
-        "group", description="Ranking population: each prompt group; one micro-batch on this rank; one optimiser "
-        "step's mini-batch on this rank; one micro-batch on every rank (TRL); one mini-batch on every rank."
+        "group", description="Ranking population: each prompt group; each response (Archer); one micro-batch on "
+        "this rank; one optimiser step's mini-batch on this rank; one micro-batch on every rank (TRL); one "
+        "mini-batch on every rank."
     )
     rule: Literal["count", "quantile"] = Field(
         "count", description="'count': exactly ⌈ρ·n⌉ tokens, ties broken by a seeded random order; 'quantile': "
-        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL)."
+        "score ≥ the linear (1 − ρ)-quantile, ties kept (TRL). archer at scope 'response' always uses its "
+        "authors' rule: strictly above each response's linear (1 − ρ)-quantile."
     )
     apply_to: Literal["advantage", "loss"] = Field(
         "advantage",
@@ -261,6 +265,10 @@ class SelectionConfig(BaseModel):
             raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
         if method.scopes is not None and self.scope not in method.scopes:
             raise ValueError(f"scope: method {self.method!r} supports scope {list(method.scopes)}, got {self.scope!r}")
+        if self.method == "archer" and self.scope == "response" and "rule" in self.model_fields_set \
+                and self.rule != "quantile":
+            raise ValueError(f"rule: archer at scope 'response' is its authors' rule (strictly above each response's "
+                             f"(1 − ρ)-quantile); leave rule unset or 'quantile', got {self.rule!r}")
         return self
 
     @property
@@ -363,6 +371,8 @@ def _keep_best(scores: torch.Tensor, eligible: torch.Tensor, group_ids: torch.Te
     flat_scores = scores.flatten()[positions]
     if config.scope == "group":
         keys = group_ids.to(positions.device).repeat_interleave(eligible.shape[1])[positions]
+    elif config.scope == "response":
+        keys = positions // eligible.shape[1]  # the row
     else:
         keys = torch.zeros_like(positions)
 
@@ -443,7 +453,8 @@ def _covariance(x: ScoreInputs, population: Population) -> torch.Tensor:
 
 def _clip_cov(x: ScoreInputs, population: Population) -> Selection:
     covariance = _covariance(x, population)
-    clipped = clip_masks(x.logp.detach(), x.old_logp, x.advantages, x.loss_config).clipped
+    terms = _clip_cov_terms(x)
+    clipped = clip_masks(x.logp.detach(), x.old_logp, x.advantages, x.loss_config, terms).clipped
     # One draw on every rank for a cross-rank population; this rank's own stream otherwise (verl: torch.randperm).
     generator = population.tie_break if population.cross_rank else (
         x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed))
@@ -451,7 +462,17 @@ def _clip_cov(x: ScoreInputs, population: Population) -> Selection:
                                  lower=x.config.covariance.clip_lower, upper=x.config.covariance.clip_upper,
                                  generator=generator, process_group=population.process_group,
                                  cross_rank=population.cross_rank)
-    return Selection(mask=x.mask & ~detached, scores=covariance.float(), eligible=x.mask.clone(), treated=detached)
+    return Selection(mask=x.mask & ~detached, scores=covariance.float(), eligible=x.mask.clone(), treated=detached,
+                     terms=terms)
+
+
+def _clip_cov_terms(x: ScoreInputs) -> TokenTerms | None:
+    """Clip-Cov's own ratio clip on every token (the authors' scripts: ε = 1), or None for the loss's."""
+    eps = x.config.covariance.ratio_clip
+    if eps is None:
+        return None
+    clip = torch.full(x.mask.shape, eps, dtype=x.logp.dtype, device=x.mask.device)
+    return TokenTerms(clip_low=clip, clip_high=clip.clone())
 
 
 def _kl_cov(x: ScoreInputs, population: Population) -> Selection:
@@ -472,7 +493,10 @@ def _entropy_adv(x: ScoreInputs, population: Population) -> Selection:
 
 def _archer(x: ScoreInputs, population: Population) -> Selection:
     scores = torch.where(x.mask, x.entropy.detach().float(), torch.zeros_like(x.entropy, dtype=torch.float32))
-    high = _keep_best(scores, x.mask, x.group_ids, x.config, population.process_group, population.tie_break)
+    if x.config.scope == "response":
+        high = high_entropy_per_response(x.entropy, x.mask, x.config.ratio)  # the authors' own rule, exactly
+    else:
+        high = _keep_best(scores, x.mask, x.group_ids, x.config, population.process_group, population.tie_break)
     terms = archer_terms(high, x.loss_config, x.config.archer, dtype=x.entropy.dtype)
     return Selection(mask=x.mask.clone(), scores=scores, eligible=x.mask.clone(), treated=high, terms=terms)
 

@@ -16,7 +16,8 @@ they return (:class:`workers.learner.losses.TokenTerms`).
   answer stays negative), and A = 0 stays 0, so entropy alone earns nothing.
 - **Archer** ("Stabilizing Knowledge, Promoting Reasoning: Dual-Token Constraints for RLVR", arXiv
   2507.15778): the high-entropy tokens (reasoning) get a looser clip and a weaker KL, the others
-  (knowledge) keep the loss's clip and KL; no token is masked.
+  (knowledge) keep the loss's clip and KL; no token is masked. The authors rank each response on its own
+  (``scope: response``, :func:`high_entropy_per_response`).
 
 The covariance population: verl computes the means, n and the top-k/band inside its loss function,
 i.e. over one micro-batch on one rank. Here the population is the selection ``scope``'s: ``micro_batch``
@@ -38,14 +39,25 @@ _RATIO_DECIMALS = 9
 
 
 class CovarianceConfig(BaseModel):
-    """Clip-Cov's covariance band and KL-Cov's penalty (arXiv 2505.22617; verl's defaults)."""
+    """Clip-Cov's covariance band and ratio clip, KL-Cov's penalty (arXiv 2505.22617).
+
+    Defaults are the authors' released scripts (PRIME-RL/Entropy-Mechanism-of-RL ``recipe/dapo/7b_clip_cov.sh``,
+    ``7b_kl_cov.sh``; the same values in verl-recipe ``entropy/``); docs/methods.md lists each with its line.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    clip_lower: float = Field(1.0, description="Clip-Cov: lower bound of the covariance band (verl clip_cov_lb).")
-    clip_upper: float = Field(5.0, description="Clip-Cov: upper bound of the covariance band (verl clip_cov_ub).")
+    clip_lower: float = Field(1.0, description="Clip-Cov: lower bound of the covariance band (clip_cov_lb = 1.0 "
+                              "in the authors' 7b_clip_cov.sh).")
+    clip_upper: float = Field(5.0, description="Clip-Cov: upper bound of the covariance band (clip_cov_ub = 5.0 "
+                              "in the authors' 7b_clip_cov.sh).")
+    ratio_clip: float | None = Field(
+        1.0, ge=0.0, le=1.0, description="Clip-Cov: the PPO ratio clip ε (both sides) of a clip_cov run, in place of "
+        "algorithm.loss.clip_low/clip_high: the authors' scripts run Clip-Cov with clip_ratio_low = clip_ratio_high "
+        "= 1 (ratio clipped to [0, 2]), leaving the covariance detach to restrain the update; None = the loss's clip.")
     kl_coef: float = Field(1.0, gt=0.0, description="KL-Cov: coefficient c of |log π − log π_old| on the "
-                           "top-covariance tokens (verl ppo_kl_coef).")
+                           "top-covariance tokens (ppo_kl_coef = 1 in the authors' 7b/32b_kl_cov.sh; verl's own "
+                           "config default is 0.1, its code's fallback 1.0).")
 
     @model_validator(mode="after")
     def _band_not_empty(self) -> CovarianceConfig:
@@ -56,26 +68,41 @@ class CovarianceConfig(BaseModel):
 
 
 class EntropyAdvantageConfig(BaseModel):
-    """A + min(α·H_detached, |A|/κ) (arXiv 2506.14758)."""
+    """A + min(α·H_detached, |A|/κ) (arXiv 2506.14758).
+
+    α and κ are NOT verified: no released code and no text of the paper's experimental settings could be
+    read with the tools this lab was built with; the values are kept as first read and labelled so in
+    docs/methods.md.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    alpha: float = Field(0.4, gt=0.0, description="α: entropy bonus per nat of token entropy.")
+    alpha: float = Field(0.4, gt=0.0, description="α: entropy bonus per nat of token entropy (not verified against "
+                         "the paper, docs/methods.md).")
     kappa: float = Field(2.0, gt=1.0, description="κ > 1: the bonus is capped at |A|/κ, so the shaped advantage "
-                         "keeps A's sign (κ = 1 would zero a negative advantage).")
+                         "keeps A's sign (κ = 1 would zero a negative advantage); 2 is not verified against the "
+                         "paper.")
 
 
 class ArcherConfig(BaseModel):
-    """Dual-token constraints (arXiv 2507.15778): the top ρ tokens by entropy get these settings."""
+    """Dual-token constraints (arXiv 2507.15778): the top ρ tokens by entropy get these settings.
+
+    Defaults are the authors' released script (wizard-III/ArcherCodeR
+    ``scripts/train/run_archer_qwen2.5_1.5b_code.sh``):
+    token_entropy_quantile = 0.8 (ρ = 0.2, each response its own population: ``scope: response``),
+    high_entropy_clip_ratio_low/high = 0.5, high_entropy_kl_loss_scale_coef = 0.0, and for the other tokens
+    clip 0.2/0.2 and kl_loss_coef = 0.001 (low_var_kl), which are ``algorithm.loss``'s here.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     high_entropy_clip: float = Field(
-        0.5, ge=0.0, lt=1.0, description="ε (both sides) of the high-entropy tokens' ratio clip; the other tokens "
-        "keep algorithm.loss.clip_low/clip_high.")
+        0.5, ge=0.0, lt=1.0, description="ε (both sides) of the high-entropy tokens' ratio clip (Archer's "
+        "high_entropy_clip_ratio_low/high = 0.5); the other tokens keep algorithm.loss.clip_low/clip_high.")
     high_entropy_kl_scale: float = Field(
         0.0, ge=0.0, description="The high-entropy tokens' KL coefficient as a multiple of algorithm.loss.kl_coef "
-        "(the low-entropy tokens keep kl_coef itself): 0 = no KL on reasoning tokens.")
+        "(the low-entropy tokens keep kl_coef itself): 0 = no KL on reasoning tokens (Archer's "
+        "high_entropy_kl_loss_scale_coef = 0.0, an absolute coefficient there: the same at 0).")
 
 
 # ------------------------------------------------------------------------------------------ populations
@@ -176,6 +203,19 @@ def entropy_shaped_advantages(advantages: torch.Tensor, entropy: torch.Tensor, r
     """A + min(α·H_detached, |A|/κ) on the response tokens (arXiv 2506.14758, Eq. 4); 0 elsewhere."""
     bonus = torch.minimum(config.alpha * entropy.detach(), advantages.abs() / config.kappa)
     return torch.where(response_mask.bool(), advantages + bonus, torch.zeros_like(advantages))
+
+
+def high_entropy_per_response(entropy: torch.Tensor, response_mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Bool [B, T]: Archer's high-entropy tokens, each response its own population.
+
+    As the authors' actor (ArcherCodeR ``verl/workers/actor/dp_actor.py``): a token is high-entropy when its
+    H is strictly above the linear-interpolated ``token_entropy_quantile`` (= 1 − ρ) of its own response's
+    H (``torch.nanquantile`` over the row); a token at the threshold is low-entropy.
+    """
+    mask = response_mask.bool()
+    values = torch.where(mask, entropy.detach().float(), torch.full_like(entropy, float("nan"), dtype=torch.float32))
+    threshold = torch.nanquantile(values, q=round(1.0 - ratio, _RATIO_DECIMALS), dim=-1, keepdim=True)
+    return mask & (values > threshold)
 
 
 def archer_terms(high_entropy: torch.Tensor, loss: PolicyLossConfig, config: ArcherConfig,

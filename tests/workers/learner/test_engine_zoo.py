@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow
 __all__ = ["model_dir"]  # the shared module fixture
 
 ZOO = [("clip_cov", 0.1, "micro_batch"), ("kl_cov", 0.1, "micro_batch"), ("entropy_adv", None, "group"),
-       ("archer", 0.2, "micro_batch"), ("h_abs_adv", 0.3, "group"), ("abs_omega", 0.3, "group")]
+       ("archer", 0.2, "micro_batch"), ("archer", 0.2, "response"), ("h_abs_adv", 0.3, "group"),
+       ("abs_omega", 0.3, "group")]
 
 
 @pytest.mark.parametrize("method,ratio,scope", ZOO)

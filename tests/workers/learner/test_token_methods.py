@@ -89,19 +89,24 @@ def _lab_loss(b, selection, config, loss_config):
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("ratio", [0.0002, 0.05, 0.3])
-def test_clip_cov_matches_verl_masks_and_loss(seed, ratio):
+@pytest.mark.parametrize("ratio_clip", [1.0, None])
+def test_clip_cov_matches_verl_masks_and_loss(seed, ratio, ratio_clip):
+    """ratio_clip 1.0: the authors' scripts (clip_ratio_low = clip_ratio_high = 1), whatever the loss's clip;
+    None: the loss's clip (0.2 / 0.28) goes to verl's cliprange_low / cliprange_high."""
     b = _inputs(seed)
     loss_config = PolicyLossConfig(clip_low=0.2, clip_high=0.28)
-    config = SelectionConfig(method="clip_cov", ratio=ratio, scope="micro_batch")
+    config = SelectionConfig(method="clip_cov", ratio=ratio, scope="micro_batch",
+                             covariance={"ratio_clip": ratio_clip})
     selection = select_tokens(**b, config=config, loss_config=loss_config,
                               generator=torch.Generator().manual_seed(seed))
     torch.manual_seed(seed)  # verl draws from the global generator
+    verl_low, verl_high = (0.2, 0.28) if ratio_clip is None else (ratio_clip, ratio_clip)
     verl_loss, verl_detached = _verl_clip_cov(b["old_logp"], b["logp"], b["advantages"], b["response_mask"],
-                                              0.2, 0.28, ratio, 1.0, 5.0)
+                                              verl_low, verl_high, ratio, 1.0, 5.0)
     assert torch.equal(selection.treated, verl_detached)
     from workers.learner.losses import clip_masks
 
-    clipped = clip_masks(b["logp"], b["old_logp"], b["advantages"], loss_config).clipped
+    clipped = clip_masks(b["logp"], b["old_logp"], b["advantages"], loss_config, selection.terms).clipped
     band = b["response_mask"].bool() & ~clipped & (selection.scores > 1.0) & (selection.scores < 5.0)
     wanted = treated_count(int(b["response_mask"].sum()), ratio)
     assert int(selection.treated.sum()) == min(wanted, int(band.sum())) and (ratio < 0.01 or wanted > 1)
@@ -109,11 +114,29 @@ def test_clip_cov_matches_verl_masks_and_loss(seed, ratio):
     torch.testing.assert_close(_lab_loss(b, selection, config, loss_config), verl_loss, atol=1e-6, rtol=0)
 
 
+def test_clip_cov_ratio_clip_one_really_loosens_the_ppo_clip():
+    """The inputs hold ratios beyond 1 + 0.28 but inside [0, 2]: clipped under the loss's clip, not under ε = 1."""
+    b = _inputs(2)
+    from workers.learner.losses import clip_masks
+
+    loss_config = PolicyLossConfig(clip_low=0.2, clip_high=0.28)
+    default = select_tokens(**b, config=SelectionConfig(method="clip_cov", ratio=0.05, scope="micro_batch"),
+                            loss_config=loss_config, generator=torch.Generator().manual_seed(0))
+    assert (default.terms.clip_low == 1.0).all() and (default.terms.clip_high == 1.0).all()
+    loose = clip_masks(b["logp"], b["old_logp"], b["advantages"], loss_config, default.terms).clipped
+    tight = clip_masks(b["logp"], b["old_logp"], b["advantages"], loss_config).clipped
+    assert int(tight.sum()) > int(loose.sum())
+    own = select_tokens(**b, config=SelectionConfig(method="clip_cov", ratio=0.05, scope="micro_batch",
+                                                     covariance={"ratio_clip": None}),
+                        loss_config=loss_config, generator=torch.Generator().manual_seed(0))
+    assert own.terms is None
+
+
 def test_clip_cov_draws_from_the_band_of_unclipped_tokens_only():
     b = _inputs(1)
     loss_config = PolicyLossConfig()
-    config = SelectionConfig(method="clip_cov", ratio=1.0, scope="micro_batch",
-                             covariance={"clip_lower": 1.0, "clip_upper": 5.0})
+    config = SelectionConfig(method="clip_cov", ratio=1.0, scope="micro_batch",  # the loss's clip 0.2 decides
+                             covariance={"clip_lower": 1.0, "clip_upper": 5.0, "ratio_clip": None})
     selection = select_tokens(**b, config=config, loss_config=loss_config)
     from workers.learner.losses import clip_masks
 
@@ -201,6 +224,56 @@ def test_entropy_adv_method_feeds_the_loss_the_shaped_advantages():
 
 
 # ------------------------------------------------------------------------------------------------ archer
+def _archer_masks(entropy, response_mask, token_entropy_quantile):
+    """Transcription of ArcherCodeR's verl/workers/actor/dp_actor.py (use_token_entropy_separate): the threshold
+    is each response's own nanquantile; its ``high_entropy_mask`` names the LOW-entropy tokens (≤ threshold)."""
+    masked_entropy = torch.where(response_mask.bool(), entropy.detach(), torch.nan)
+    q80 = torch.nanquantile(masked_entropy, q=token_entropy_quantile, dim=-1, keepdim=True)
+    low = (masked_entropy <= q80) & response_mask.bool()
+    high = (masked_entropy > q80) & response_mask.bool()
+    return low, high
+
+
+def _archer_pg_loss(old_log_prob, log_prob, advantages, response_mask, low_mask, low_clip, high_clip, clip_ratio_c):
+    """Transcription of ArcherCodeR's compute_policy_loss (token-mean), dual clip included."""
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    pg_losses1 = -advantages * ratio
+    clipped = torch.where(low_mask, torch.clamp(ratio, 1 - low_clip, 1 + low_clip),
+                          torch.clamp(ratio, 1 - high_clip, 1 + high_clip))
+    pg_losses2 = -advantages * clipped
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    clip_pg_losses2 = torch.min(-advantages * clip_ratio_c, clip_pg_losses1)
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    return _masked_mean(pg_losses, response_mask)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_archer_per_response_matches_the_authors_masks_and_policy_loss(seed):
+    b = _inputs(seed)
+    # Rows of 6 and 11 tokens put the 0.8-quantile exactly on a token ((n − 1)·0.8 is whole): that token is low.
+    b["response_mask"][0] = (torch.arange(40) < 6).float()
+    b["response_mask"][1] = (torch.arange(40) < 11).float()
+    loss_config = PolicyLossConfig(clip_low=0.2, clip_high=0.2, dual_clip=10.0)  # the authors' script
+    config = SelectionConfig(method="archer", ratio=0.2, scope="response", rule="quantile")
+    selection = select_tokens(**b, config=config, loss_config=loss_config)
+    low, high = _archer_masks(b["entropy"], b["response_mask"], 0.8)
+    assert torch.equal(selection.treated, high) and torch.equal(selection.mask, b["response_mask"].bool())
+    assert int(high[0].sum()) == 1 and int(high[1].sum()) == 2  # strictly above: the threshold token stays low
+    authors = _archer_pg_loss(b["old_logp"], b["logp"], b["advantages"], b["response_mask"], low, 0.2, 0.5, 10.0)
+    torch.testing.assert_close(_lab_loss(b, selection, config, loss_config), authors, atol=1e-6, rtol=0)
+
+
+def test_response_scope_ranks_each_response_on_its_own():
+    b = _inputs(3)
+    selection = select_tokens(**b, config=SelectionConfig(method="ets", ratio=0.25, scope="response"))
+    lengths = b["response_mask"].sum(-1).long()
+    assert torch.equal(selection.mask.sum(-1), torch.ceil(lengths * 0.25).long())
+    for row in range(len(lengths)):
+        kept = b["entropy"][row][selection.mask[row]]
+        dropped = b["entropy"][row][b["response_mask"][row].bool() & ~selection.mask[row]]
+        assert dropped.numel() == 0 or kept.min() > dropped.max()
+
+
 def test_archer_loosens_clip_and_weakens_kl_on_high_entropy_tokens_only():
     b = _inputs(4)
     loss_config = PolicyLossConfig(clip_low=0.2, clip_high=0.2, kl_coef=0.01)
@@ -310,6 +383,9 @@ def test_every_zoo_method_logs_the_same_selection_diagnostics(method, ratio):
       "covariance": {"clip_lower": 5.0, "clip_upper": 1.0}}, "clip_upper"),
     ({"method": "entropy_adv", "entropy_advantage": {"kappa": 1.0}}, "kappa"),
     ({"method": "archer", "ratio": 0.2, "archer": {"high_entropy_clip": 1.0}}, "high_entropy_clip"),
+    ({"method": "archer", "ratio": 0.2, "scope": "response", "rule": "count"}, "rule"),  # the authors' rule only
+    ({"method": "clip_cov", "ratio": 0.01, "scope": "micro_batch", "covariance": {"ratio_clip": 1.5}}, "ratio_clip"),
+    ({"method": "kl_cov", "ratio": 0.01, "scope": "response"}, "scope"),  # no paper ranks covariance per answer
 ])
 def test_bad_zoo_config_names_the_field(kwargs, field):
     with pytest.raises(ValidationError, match=field):
