@@ -2,7 +2,7 @@
 
 A method's display name comes from the selection-method registry (``workers.learner.selection``) and the
 recipes (``workers.learner.recipes``), never from a list kept here: a method that keeps every token (no
-score) reads "All tokens"; any other is its registered name in capitals (``ets`` → "ETS"), a recipe its
+score, no selection of its own) reads "All tokens"; any other is its registered name in capitals (``ets`` → "ETS"), a recipe its
 method's display name followed by the rest of its own name (``gmts-release`` → "GMTS-release"). A method
 registered with a ``display_name`` fact uses that instead.
 """
@@ -37,7 +37,8 @@ def method_display(name: str) -> str:
     registered = SELECTION_METHODS.get(method)
     if registered is None:
         return name
-    shown = getattr(registered, "display_name", None) or (ALL_TOKENS if registered.score is None else method.upper())
+    keeps_every_token = registered.score is None and registered.select is None
+    shown = registered.display_name or (ALL_TOKENS if keeps_every_token else method.upper())
     if name in RECIPES:
         return shown + name[len(method):] if name.startswith(method) else f"{shown} ({name})"
     return shown

@@ -16,6 +16,9 @@ def test_display_names_of_methods_and_recipes() -> None:
     assert method_display("gmts_exact") == "GMTS_EXACT"
     assert method_display("gmts-release") == "GMTS-release"
     assert method_display("ets-8020") == "ETS-8020"
+    assert method_display("clip_cov") == "Clip-Cov" and method_display("archer") == "Archer"  # display_name facts
+    # Only the method that neither scores nor selects reads "All tokens" (the zoo's methods select their own)
+    assert [name for name in SELECTION_METHODS if method_display(name) == "All tokens"] == ["none"]
     for recipe in RECIPES:  # every recipe reads as its method's name first
         assert method_display(recipe).startswith(method_display(RECIPES[recipe].fields["method"]))
 

@@ -51,11 +51,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 import deepspeed
@@ -68,6 +66,7 @@ from workers.learner.batch import ResponseIndex, TrainBatch
 from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
+from workers.learner.rendezvous import Rendezvous
 from workers.learner.losses import PolicyLossConfig, aggregation_weights, effective_grad_coef, ppo_clip_loss
 from workers.weights.object_store import HostWeights
 from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pass, needs_scoring_pass, pack_by_tokens,
@@ -81,27 +80,6 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_TAG = "learner"
 MINI_BATCH_LOSSES = ("loss/total", "loss/pg")  # reported as the mini-batch aggregate, see train_step
 CLIENT_STATE_KEY = "learner_client_state"
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """Where a Ray learner rank joins its group: set when the engine runs as ``LearnerActor``."""
-
-    rank: int
-    world_size: int
-    master_addr: str
-    master_port: int
-    threads: int  # torch intra-op threads: the CPU is shared with the rollout and reward actors
-
-
-def free_address() -> tuple[str, int]:
-    """This node's address and a free port on it (a rank 0 MASTER_ADDR/MASTER_PORT, or a weight-sync store)."""
-    import ray  # only actors need Ray; the engine and its tests do not
-
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        port = probe.getsockname()[1]
-    return ray.util.get_node_ip_address(), port
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int = 0) -> None:

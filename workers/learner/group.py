@@ -23,7 +23,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
-from workers.learner.engine import LearnerEngine, Rendezvous, free_address
+from workers.learner.engine import LearnerEngine
+from workers.learner.rendezvous import Rendezvous, free_address
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.schedule import shard
 from workers.learner.selection import SelectionConfig

@@ -127,6 +127,9 @@ class SelectionMethod:
     # What ρ counts: the kept share for top-ρ selection; the treated share for the token methods (a report
     # may then show ρ beside the method rather than as a column of kept shares).
     ratio_means: str = KEPT_SHARE
+    # What tables, trial names and plots call it ("" = its name in capitals; "All tokens" for a method that
+    # neither scores nor selects: sweeps/labels.py).
+    display_name: str = ""
 
     @property
     def ratio_is_kept_share(self) -> bool:
@@ -502,22 +505,26 @@ def _archer(x: ScoreInputs, population: Population) -> Selection:
 
 
 register_selection_method(
-    "clip_cov", select=_clip_cov, needs_logp=True, scopes=COVARIANCE_SCOPES, family="covariance",
+    "clip_cov", select=_clip_cov, display_name="Clip-Cov", needs_logp=True, scopes=COVARIANCE_SCOPES,
+    family="covariance",
     ratio_means="share of the population's tokens detached (at most)",
     weight="Cov_t = (A_t − Ā)(log π_t − mean log π)",
     changes="detaches a random ρ of the unclipped tokens with lower < Cov_t < upper",
     reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl clip_cov)")(None)
 register_selection_method(
-    "kl_cov", select=_kl_cov, needs_logp=True, scopes=COVARIANCE_SCOPES, family="covariance",
+    "kl_cov", select=_kl_cov, display_name="KL-Cov", needs_logp=True, scopes=COVARIANCE_SCOPES,
+    family="covariance",
     ratio_means="share of the population's tokens penalised",
     weight="Cov_t", changes="adds c·|log π − log π_old| to the top ρ by Cov_t; no ratio clip",
     reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl kl_cov)")(None)
 register_selection_method(
-    "entropy_adv", select=_entropy_adv, uses_ratio=False, ratio_means="", family="advantage shaping",
+    "entropy_adv", select=_entropy_adv, display_name="Entropy-adv", uses_ratio=False, ratio_means="",
+    family="advantage shaping",
     weight="min(α·H_t, |A_t|/κ)", changes="advantage A_t + min(α·H_t, |A_t|/κ); no mask",
     reference="Reasoning with Exploration: An Entropy Perspective, arXiv 2506.14758")(None)
 register_selection_method(
-    "archer", select=_archer, ratio_means="share of tokens given the high-entropy constraints",
+    "archer", select=_archer, display_name="Archer",
+    ratio_means="share of tokens given the high-entropy constraints",
     family="dual-token constraints", weight="H_t (top ρ = high-entropy)",
     changes="per-token clip range and KL weight; no mask",
     reference="Stabilizing Knowledge, Promoting Reasoning, arXiv 2507.15778")(None)
