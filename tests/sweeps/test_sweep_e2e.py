@@ -136,9 +136,9 @@ def test_interrupted_sweep_resumes_and_finishes(sweep: dict) -> None:
     assert sweep["first_rc"] == 3, sweep["first_log"][-3000:]  # interrupted, trial 1 unfinished
     assert sweep["resume_rc"] == 0, sweep["resume_log"][-5000:]
     assert "e2e-t001" in sweep["first_log"].split("unfinished:")[-1]
-    # Only the unfinished trial ran again.
-    assert "e2e-t001 step " in sweep["resume_log"]
-    assert "e2e-t000 step " not in sweep["resume_log"]
+    # Only the unfinished trial ran again: the driver's progress lines name trials as Tune's table does.
+    assert "(t001) step " in sweep["resume_log"]
+    assert "(t000) step " not in sweep["resume_log"]
     assert "gmts" in sweep["resume_log"] and "mlflow ui --backend-store-uri" in sweep["resume_log"]
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError
 from sweeps.spec import expand, load_spec
 from workers.learner.selection import SELECTION_METHODS, SelectionConfig
@@ -49,6 +50,14 @@ def test_cpu_zoo_runs_every_registered_method_once():
     trials = expand(load_spec("cpu-zoo"))
     assert _methods(trials) == set(SELECTION_METHODS)  # a method registered later must join the zoo
     assert len(trials) == 13 and all(t.point.get("seed") == 0 for t in trials)
+
+
+def test_every_zoo_trial_config_survives_the_round_trip_tune_gives_it():
+    """Tune hands each trial its config as JSON (sweeps/tuner.py) and the trial validates it again: a validator
+    that reads ``model_fields_set`` must accept its own dump (Archer at scope 'response' once refused it)."""
+    for trial in expand(load_spec("cpu-zoo")):
+        again = ExperimentConfig.model_validate(trial.config.model_dump(mode="json"))
+        assert again == trial.config, trial.name
 
 
 @pytest.mark.parametrize("spec", ["cpu-zoo", "paper-zoo"])

@@ -268,10 +268,12 @@ class SelectionConfig(BaseModel):
             raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
         if method.scopes is not None and self.scope not in method.scopes:
             raise ValueError(f"scope: method {self.method!r} supports scope {list(method.scopes)}, got {self.scope!r}")
-        if self.method == "archer" and self.scope == "response" and "rule" in self.model_fields_set \
-                and self.rule != "quantile":
-            raise ValueError(f"rule: archer at scope 'response' is its authors' rule (strictly above each response's "
-                             f"(1 − ρ)-quantile); leave rule unset or 'quantile', got {self.rule!r}")
+        if self.method == "archer" and self.scope == "response":
+            if "rule" in self.model_fields_set and self.rule != "quantile":
+                raise ValueError(f"rule: archer at scope 'response' is its authors' rule (strictly above each "
+                                 f"response's (1 − ρ)-quantile); leave rule unset or 'quantile', got {self.rule!r}")
+            # Recorded as what runs, so that a dumped config (a sweep trial's, a checkpoint's) validates again.
+            self.rule = "quantile"
         return self
 
     @property
