@@ -210,23 +210,10 @@ def train(
 
         start_step, next_group_id = 0, 0
         if restored:
-            folder, state = restored
-            workers.learners.load_checkpoint(folder)
-            sampler.load_state_dict(state["sampler"])
-            start_step, next_group_id = state["step"], state["next_group_id"]
-            workers.sync_weights()
-            if (run_dir / BASE_REFERENCE_FILE).is_file():
-                base = BaseReference.load(run_dir / BASE_REFERENCE_FILE)
-            logger.info("Resumed from %s (step %d)", folder, start_step)
+            start_step, next_group_id, base = _restore(restored, config, workers, sampler)
         else:
             with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
-                initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
-                                            config.data.prompt_template, config.evaluation)
-                if config.evaluation.compare_to_base and eval_sets:
-                    base = base_reference(eval_sets, answers, workers.rollout, workers.learners, tokenizer,
-                                          config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
-                    base.save(run_dir / BASE_REFERENCE_FILE)
-            initial.update(base_metrics(initial))
+                initial, base = _evaluate_base(config, workers, eval_sets, tokenizer)
             tracker.log_step(0, initial)
             if board is not None:
                 board.update(config.name, phase.who, config.training.steps, 0, initial)
@@ -271,6 +258,34 @@ def train(
         if own_group is not None:
             ray.util.remove_placement_group(own_group)
         tracker.finish(status)
+
+
+def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Workers, sampler: PromptSampler
+             ) -> tuple[int, int, BaseReference | None]:
+    """A resumed run's learner, sampler and engines at its checkpoint; returns its step, next group id and the
+    base's recorded answers (None if the run never recorded them)."""
+    folder, state = restored
+    workers.learners.load_checkpoint(folder)
+    sampler.load_state_dict(state["sampler"])
+    workers.sync_weights()
+    base_file = config.run_dir / BASE_REFERENCE_FILE
+    base = BaseReference.load(base_file) if base_file.is_file() else None
+    logger.info("Resumed from %s (step %d)", folder, state["step"])
+    return state["step"], state["next_group_id"], base
+
+
+def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict, tokenizer
+                   ) -> tuple[dict[str, float], BaseReference | None]:
+    """Step 0: the base policy's metrics, and its answers recorded for the later comparisons with it."""
+    initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
+                                config.evaluation)
+    base = None
+    if config.evaluation.compare_to_base and eval_sets:
+        base = base_reference(eval_sets, answers, workers.rollout, workers.learners, tokenizer,
+                              config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
+        base.save(config.run_dir / BASE_REFERENCE_FILE)
+    initial.update(base_metrics(initial))
+    return initial, base
 
 
 def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, tokenizer,

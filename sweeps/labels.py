@@ -44,6 +44,15 @@ def method_display(name: str) -> str:
     return shown
 
 
+def ratio_is_kept_share(name: str) -> bool:
+    """The method's ρ is the share of tokens it keeps (top-ρ selection), not a setting of its own (Clip-Cov's
+    detached share, Archer's high-entropy share); unknown names count as selection."""
+    from workers.learner.selection import SELECTION_METHODS
+
+    registered = SELECTION_METHODS.get(selection_method_of(name))
+    return registered is None or registered.ratio_is_kept_share
+
+
 def method_color(name: str) -> str:
     """The method's colour as ``#rrggbb`` (stable across runs and processes: crc32, not hash())."""
     return METHOD_COLORS.get(name) or PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
@@ -55,7 +64,7 @@ def arm_label(method: str, mode: str | None = None, ratio: float | None = None, 
     """One arm of a comparison: the method, what share of tokens it keeps, and any axis set apart from it."""
     parts = [method_display(method)]
     if ratio is not None:
-        parts[0] += f" {mode or 'top'}-{ratio * 100:g} %"
+        parts[0] += f" {mode or 'top'}-{ratio * 100:g} %" if ratio_is_kept_share(method) else f" ρ={ratio:g}"
     if scope is not None or denominator is not None:
         parts.append(" ".join(p for p in (scope, None if denominator is None else f"÷{denominator}") if p))
     if lr is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from rich.table import Table
 
 from sweeps.ablation import BASE, AblationResults, Cell, method_rank, mode_rank
+from sweeps.labels import ratio_is_kept_share
 
 PERCENT = 100.0
 # Metrics that are not fractions of problems: shown as they are, not in percent.
@@ -71,22 +72,13 @@ def format_cell(cell: Cell | None) -> str:
 def wide_tables(results: AblationResults, metric: str = "accuracy") -> list[WideTable]:
     # The result is the test benchmarks at each arm's chosen lr; validation numbers only choose that lr.
     cells = [c for c in results.cells if c.metric == metric and c.split == "test"]
-    cells = [c if _ratio_is_kept_share(c.method) else _own_setting_row(c) for c in cells]
+    cells = [c if ratio_is_kept_share(c.method) else _own_setting_row(c) for c in cells]
     chosen = {_arm(c) for c in cells if c.selected}
     # An arm with several lrs and no validation set to choose on shows every lr, each as its own row.
     cells = [c if c.selected else c.model_copy(update={"method": f"{c.method} lr={c.lr:g}"})
              for c in cells if c.selected or _arm(c) not in chosen]
     sections = sorted({(c.model_size, c.algorithm) for c in cells})
     return [_wide_table([c for c in cells if (c.model_size, c.algorithm) == s], *s, metric) for s in sections]
-
-
-def _ratio_is_kept_share(method: str) -> bool:
-    # The registry is torch code: imported here, so that importing the report stays light.
-    from workers.learner.recipes import selection_method_of
-    from workers.learner.selection import SELECTION_METHODS
-
-    registered = SELECTION_METHODS.get(selection_method_of(method))
-    return registered is None or registered.ratio_is_kept_share
 
 
 def _own_setting_row(cell: Cell) -> Cell:

@@ -17,6 +17,9 @@ def test_display_names_of_methods_and_recipes() -> None:
     assert method_display("gmts-release") == "GMTS-release"
     assert method_display("ets-8020") == "ETS-8020"
     assert method_display("clip_cov") == "Clip-Cov" and method_display("archer") == "Archer"  # display_name facts
+    # ρ of a token method is a setting of its own, not a kept share: no "top-…" in its name
+    assert trial_label({"method": "clip_cov", "ratio": 0.0002, "scope": "micro_batch", "seed": 0}) == \
+        "Clip-Cov ρ=0.0002 · micro_batch · seed 0"
     # Only the method that neither scores nor selects reads "All tokens" (the zoo's methods select their own)
     assert [name for name in SELECTION_METHODS if method_display(name) == "All tokens"] == ["none"]
     for recipe in RECIPES:  # every recipe reads as its method's name first
