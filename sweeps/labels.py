@@ -2,9 +2,9 @@
 
 A method's display name comes from the selection-method registry (``workers.learner.selection``) and the
 recipes (``workers.learner.recipes``), never from a list kept here: a method that keeps every token (no
-score, no selection of its own) reads "All tokens"; any other is its registered name in capitals (``ets`` → "ETS"), a recipe its
-method's display name followed by the rest of its own name (``gmts-release`` → "GMTS-release"). A method
-registered with a ``display_name`` fact uses that instead.
+score, no selection of its own) reads "All tokens"; any other is its registered name in capitals (``ets`` →
+"ETS"), a recipe its method's display name followed by the rest of its own name (``gmts-release`` →
+"GMTS-release"). A method registered with a ``display_name`` fact uses that instead.
 """
 
 from __future__ import annotations
