@@ -105,49 +105,36 @@ def _step_zero_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
             for metric in client.get_metric_history(run_id, key) if metric.step == 0}
 
 
-class _BudgetSpent(Exception):
-    """Raised from train()'s on_step callback once a run's RL time budget is spent."""
-
-
 def run_loop_for_seconds(preset: str, overrides: list[str], budget_seconds: float, max_steps: int,
                          work_dir: Path | None = None) -> LoopRun:
     """``train()`` until its RL steps' own time (Σ ``time/step``) reaches ``budget_seconds``, then its final
-    evaluation; at most ``max_steps`` steps.
+    evaluation; at most ``max_steps`` steps, no periodic evaluation, no checkpoints.
 
-    ``train()`` runs a fixed number of steps, so the stop goes through the project's resume path (the one a
-    restarted sweep trial takes): every step saves a checkpoint (after ``time/step`` is taken, so outside
-    the budget), the ``on_step`` callback ends the run at the first step that brings the budget to zero,
-    and ``train(resume=True)`` with ``training.steps`` = the steps done restores that checkpoint and runs
-    only the final evaluation, in the same MLflow run. The budget is overrun by less than one step; the
-    run reports the RL seconds it actually used. ``wall_seconds`` covers both calls (start-ups, evaluations,
-    checkpoint writes).
+    The ``on_step`` callback raises ``StopTraining`` at the first step that brings the budget to zero, so the
+    budget is overrun by less than one step; the run reports the RL seconds it actually used. Start-up and
+    the evaluations are outside the budget (``wall_seconds`` has them).
     """
     from orchestrator.config_loader import load_experiment
-    from orchestrator.train import train
+    from orchestrator.train import StopTraining, train
 
     history: list[dict[str, float]] = []
 
     def on_step(report) -> None:  # report: orchestrator.train.StepReport
         history.append(report.metrics)
         if sum(step.get(STEP_KEY, 0.0) for step in history) >= budget_seconds:
-            raise _BudgetSpent
+            raise StopTraining
 
     with tempfile.TemporaryDirectory(prefix="bench-run-", dir=work_dir) as tmp:
-        common = ["evaluation.interval=0", "checkpoint.interval=1", "checkpoint.keep_last=1", f"output_dir={tmp}",
-                  f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db", "name=bench", *overrides]
+        config = load_experiment(preset, [
+            f"training.steps={max_steps}", "evaluation.interval=0", "checkpoint.interval=0", f"output_dir={tmp}",
+            f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db", "name=bench", *overrides])
         started = time.perf_counter()
-        try:
-            result = train(load_experiment(preset, [f"training.steps={max_steps}", *common]), on_step=on_step)
-            reached = False
-        except _BudgetSpent:
-            result = train(load_experiment(preset, [f"training.steps={len(history)}", *common]), resume=True)
-            reached = True
+        result = train(config, on_step=on_step)
         wall = time.perf_counter() - started
         initial = _step_zero_metrics(f"sqlite:///{tmp}/mlflow.db", result.run_id)
-    if result.steps != len(history):
-        raise RuntimeError(f"the resumed run ended at step {result.steps}, the budget stopped it at {len(history)}")
     run = LoopRun(overrides=overrides, history=history, final_metrics=result.final_metrics, wall_seconds=wall,
-                  initial_metrics=initial, budget_reached=reached)
+                  initial_metrics=initial)
+    run.budget_reached = run.rl_seconds >= budget_seconds
     logger.info("loop run %s %s: %d steps, %.0f s of RL, %.0f s in all", preset, overrides, len(history),
                 run.rl_seconds, wall)
     return run

@@ -70,6 +70,11 @@ PLACEMENT_TIMEOUT_S = 600.0
 DIAGNOSTIC_ANSWERS = 64
 
 
+class StopTraining(Exception):
+    """Raised by an ``on_step`` callback to end the run after that step (a time budget spent, a target met):
+    the final evaluation still runs, logged at that step, and the run finishes as usual."""
+
+
 @dataclass
 class StepReport:
     step: int
@@ -167,7 +172,8 @@ def train(
     placement_group=None,
     show_progress: bool = True,
 ) -> TrainResult:
-    """``show_progress``: this process shows the run's progress (a bar on a terminal, else one line every
+    """``on_step`` is called after every step; it may raise ``StopTraining`` to end the run there.
+    ``show_progress``: this process shows the run's progress (a bar on a terminal, else one line every
     ``training.log_interval`` steps: orchestrator/progress.py); off when a sweep's driver shows it."""
     connect()
     if placement_group is None:
@@ -220,6 +226,7 @@ def train(
 
         history: list[dict[str, float]] = []
         batch: TrainBatch | None = None
+        last_step = config.training.steps
         for step in range(start_step + 1, config.training.steps + 1):
             step_started = time.perf_counter()
             metrics, next_group_id, batch = rl_step(step, config, workers, sampler, tokenizer, next_group_id, batch)
@@ -238,17 +245,23 @@ def train(
             elif not config.checkpoint.interval:
                 tracker.flush()
             if on_step is not None:
-                on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
+                try:
+                    on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
+                except StopTraining:
+                    logger.info("%s: stopped by its on_step callback after step %d of %d", phase.who, step,
+                                config.training.steps)
+                    last_step = step
+                    break
 
-        final = run_eval(f"after the last step ({config.training.steps})", timed=True)
-        tracker.log_step(config.training.steps, final)
+        final = run_eval(f"after the last step ({last_step})", timed=True)
+        tracker.log_step(last_step, final)
         logger.info("%s final | %s", config.name, _fmt(final))
         if batch is not None:
             # The paper's motivating figure: entropy vs exact gradient norm, token by token.
             sample = batch.select(torch.arange(min(DIAGNOSTIC_ANSWERS, batch.batch_size)))
             tracker.log_json({"answers": workers.learners.token_statistics(sample)}, "diagnostics/token_stats.json")
         status = "FINISHED"
-        return TrainResult(run_id=tracker.run_id, steps=config.training.steps, final_metrics=final,
+        return TrainResult(run_id=tracker.run_id, steps=last_step, final_metrics=final,
                            run_dir=run_dir, history=history)
     finally:
         if board is not None:
