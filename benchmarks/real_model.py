@@ -1,16 +1,20 @@
-"""ETS vs GMTS on a real pretrained LM: SmolLM2-135M-Instruct on ``cpu-smollm2-arith``, at a fixed RL time budget.
+"""ETS vs GMTS on a real pretrained LM: SmolLM2-135M-Instruct on ``cpu-smollm2-arith``, for the same RL time or steps.
 
-    python -m benchmarks.real_model [--seeds 0,1] [--budget-s 480] [--journal FILE.jsonl] [--out DIR]
+    python -m benchmarks.real_model [--seeds 0,1] [--budget-s 480 | --steps 6] [--journal FILE.jsonl] [--out DIR]
     python -m benchmarks.real_model --smoke     # one seed, one step per arm, the smallest batch: minutes
 
 Three arms, each the published convention of its method at ρ = 0.2, top: ``none`` (every token),
 ``ets-release`` (ETS over the optimiser step's mini-batch) and ``gmts-release`` (GMTS within each prompt
 group) — the GMTS release's recipes (workers/learner/recipes.py), the same arms as learning_efficiency.
-Every arm trains the preset (GRPO, lr 2e-5, 8 prompts × 8 samples, no KL) from the same base model, for the
-same *RL time*: steps run until Σ ``time/step`` (rollout, reward, learner, weight sync) reaches the budget,
-then the held-out greedy evaluation (118 problems, never trained on). A method that makes a step dearer
-gets fewer steps; start-up and evaluations are outside the budget. A time budget depends on the machine and
-its load, so run this on a quiet machine; the steps each run reached are in the report.
+Every arm trains the preset (GRPO, lr 2e-5, 8 prompts × 8 samples, no KL) from the same base model, then the
+held-out greedy evaluation (118 problems, never trained on). Two ways to make the arms' training equal:
+
+- ``--budget-s`` (the default, 480 s): the same *RL time*. Steps run until Σ ``time/step`` (rollout, reward,
+  learner, weight sync) reaches the budget, so a method that makes a step dearer gets fewer steps; start-up
+  and evaluations are outside the budget. Only meaningful on a quiet machine: on a shared one the step time
+  follows the other jobs (measured: one arm got 9 steps, the next 4, with a test suite started beside it).
+- ``--steps N``: the same number of RL steps, whatever the load; each run's median step time is reported,
+  so the cost of a method per step can still be read (as a ratio between arms of the same run).
 
 Runs are interleaved seed by seed, arms rotated one place per seed (so a change in the machine's speed
 during the benchmark does not fall on one arm). ``training.seed`` sets prompt order and rollout sampling,
@@ -33,7 +37,7 @@ from pathlib import Path
 from benchmarks.learning_efficiency import ARMS as LEARNING_EFFICIENCY_ARMS
 from benchmarks.learning_efficiency import Arm, RunJournal
 from benchmarks.report import BenchmarkResult, Figure, machine_info, versions, write_report
-from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop_for_seconds
+from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop, run_loop_for_seconds
 from sweeps.statistics import paired_difference, t_interval
 
 logger = logging.getLogger("benchmarks.real_model")
@@ -54,9 +58,12 @@ SMOKE_OVERRIDES = ("data.prompts_per_step=2", "rollout.n_samples=4", "rollout.ma
                    "learner.mini_batch_size=8", "learner.micro_batch_size=8", f"data.eval.{TEST_SET}.limit=8")
 
 
-def run_grid(seeds: list[int], budget_s: float, journal: RunJournal | None, max_steps: int,
-             extra: tuple[str, ...] = ()) -> list[dict]:
-    """Every (seed, arm) run, in the interleaved order, each reused from the journal when it holds it."""
+def run_grid(seeds: list[int], journal: RunJournal | None, *, budget_s: float | None = None, max_steps: int = 30,
+             steps: int | None = None, extra: tuple[str, ...] = ()) -> list[dict]:
+    """Every (seed, arm) run, in the interleaved order, each reused from the journal when it holds it. Each run
+    trains ``steps`` steps if given, else until its RL time reaches ``budget_s`` (at most ``max_steps``)."""
+    if (steps is None) == (budget_s is None):
+        raise ValueError("run_grid: give exactly one of steps and budget_s")
     import ray
 
     from benchmarks.ray_session import start_local_ray
@@ -68,14 +75,16 @@ def run_grid(seeds: list[int], budget_s: float, journal: RunJournal | None, max_
             shift = index % len(ARMS)
             for arm in ARMS[shift:] + ARMS[:shift]:
                 overrides = [*extra, *arm.config_overrides(), f"training.seed={seed}"]
-                key = {"preset": PRESET, "budget_s": budget_s, "max_steps": max_steps, "arm": arm.name,
-                       "overrides": overrides}
+                length = {"steps": steps} if steps is not None else {"budget_s": budget_s, "max_steps": max_steps}
+                key = {"preset": PRESET, **length, "arm": arm.name, "overrides": overrides}
                 record = journal.get(key) if journal else None
                 if record is None:
                     if not started_ray:
                         start_local_ray()
                         started_ray = True
-                    record = _record(arm.name, seed, run_loop_for_seconds(PRESET, overrides, budget_s, max_steps))
+                    run = run_loop(PRESET, overrides, steps) if steps is not None else \
+                        run_loop_for_seconds(PRESET, overrides, budget_s, max_steps)
+                    record = _record(arm.name, seed, run)
                     if journal:
                         journal.add(key, record)
                 records.append(record)
@@ -126,7 +135,7 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
             f"seed {seed}: {r['accuracy']:.3f} ± {binomial_half_width(r['accuracy'], problems):.3f} after "
             f"{r['steps']} steps ({r['rl_seconds']:.0f} s of RL, {r['median_step_seconds']:.0f} s/step)"
             for seed, r in sorted(runs.items()))
-        figures.append(Figure(f"{arm}: held-out greedy accuracy after the budget", estimate.mean, "",
+        figures.append(Figure(f"{arm}: held-out greedy accuracy after training", estimate.mean, "",
                               f"{interval}; {per_seed}"))
     for a, b in COMPARISONS:
         if a in accuracy and b in accuracy:
@@ -141,7 +150,7 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
                                       f"{s}: {accuracy[a][s] - accuracy[b][s]:+.3f}" for s in seeds)))
     figures += _seed_check(records)
     return BenchmarkResult(
-        title=f"held-out accuracy after a fixed RL time budget, SmolLM2-135M-Instruct ({PRESET})",
+        title=f"held-out accuracy after the same RL training per arm, SmolLM2-135M-Instruct ({PRESET})",
         settings=settings, figures=figures, measurements={"runs": records}).as_dict()
 
 
@@ -169,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.real_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", default=",".join(map(str, DEFAULT_SEEDS)),
                         help="comma-separated (default: %(default)s)")
-    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S,
-                        help="RL seconds per run, Σ time/step (default: %(default)s)")
+    length = parser.add_mutually_exclusive_group()
+    length.add_argument("--budget-s", type=float, default=None,
+                        help=f"RL seconds per run, Σ time/step (default: {DEFAULT_BUDGET_S:g}; a quiet machine only)")
+    length.add_argument("--steps", type=int, default=None, help="RL steps per run instead of a time budget")
     parser.add_argument("--max-steps", type=int, default=None, help="step cap per run (default: the preset's steps)")
     parser.add_argument("--journal", type=Path, default=None, help="JSON-lines file of finished runs, reused")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="report folder (default: %(default)s)")
@@ -183,18 +194,24 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(seed) for seed in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
-    if args.budget_s <= 0:
+    if args.budget_s is not None and args.budget_s <= 0:
         parser.error("--budget-s: must be > 0")
+    if args.steps is not None and args.steps < 1:
+        parser.error("--steps: must be >= 1")
+    if args.steps is None and args.budget_s is None:
+        args.budget_s = DEFAULT_BUDGET_S
 
     from orchestrator.config_loader import load_experiment
 
     extra = SMOKE_OVERRIDES if args.smoke else ()
     if args.smoke:
-        seeds, args.budget_s, args.max_steps = [0], 1e-6, 2  # the budget is spent by the first step
+        seeds, args.budget_s, args.steps, args.max_steps = [0], 1e-6, None, 2  # the budget is spent by step 1
     max_steps = args.max_steps or load_experiment(PRESET, []).training.steps
     started = datetime.now(UTC)
-    records = run_grid(seeds, args.budget_s, RunJournal(args.journal) if args.journal else None, max_steps, extra)
-    settings = {"preset": PRESET, "seeds": seeds, "rl_budget_seconds": args.budget_s, "max_steps": max_steps,
+    journal = RunJournal(args.journal) if args.journal else None
+    records = run_grid(seeds, journal, budget_s=args.budget_s, max_steps=max_steps, steps=args.steps, extra=extra)
+    length = {"rl_steps": args.steps} if args.steps else {"rl_budget_seconds": args.budget_s, "max_steps": max_steps}
+    settings = {"preset": PRESET, "seeds": seeds, **length,
                 "overrides": list(extra), "smoke": args.smoke,
                 "arms": {arm.name: arm.config_overrides() for arm in ARMS},
                 "rl_step": rl_step_shape(PRESET, list(extra)),

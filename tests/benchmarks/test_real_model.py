@@ -42,7 +42,7 @@ def test_table_gives_each_arm_its_interval_over_seeds_and_the_paired_differences
     records = [_record(arm, seed, value, first_reward=0.2 + 0.1 * seed) for (arm, seed), value in accuracy.items()]
     figures = _figures(table(records, problems=118, settings={"preset": "cpu-smollm2-arith"}))
 
-    gmts = figures["gmts-release: held-out greedy accuracy after the budget"]
+    gmts = figures["gmts-release: held-out greedy accuracy after training"]
     expected = t_interval([0.62, 0.66])
     assert gmts["value"] == pytest.approx(0.64)
     assert f"[{expected.low:.3f}, {expected.high:.3f}]" in gmts["detail"]
@@ -80,9 +80,16 @@ def test_a_journal_that_holds_every_run_needs_no_training(tmp_path):
         shift = index % len(ARMS)
         for arm in ARMS[shift:] + ARMS[:shift]:
             overrides = [*arm.config_overrides(), f"training.seed={seed}"]
-            journal.add({"preset": "cpu-smollm2-arith", "budget_s": 60.0, "max_steps": 30, "arm": arm.name,
-                         "overrides": overrides}, _record(arm.name, seed, 0.5 + 0.01 * seed))
-    records = run_grid([0, 1], 60.0, RunJournal(tmp_path / "runs.jsonl", code_version="test"), 30)
+            journal.add({"preset": "cpu-smollm2-arith", "steps": 6, "arm": arm.name, "overrides": overrides},
+                        _record(arm.name, seed, 0.5 + 0.01 * seed))
+    records = run_grid([0, 1], RunJournal(tmp_path / "runs.jsonl", code_version="test"), steps=6)
     assert [(r["arm"], r["seed"]) for r in records] == [
         ("none", 0), ("ets-release", 0), ("gmts-release", 0),
         ("ets-release", 1), ("gmts-release", 1), ("none", 1)]  # interleaved, arms rotated per seed
+
+
+def test_a_run_is_either_a_time_budget_or_a_step_count():
+    with pytest.raises(ValueError, match="exactly one"):
+        run_grid([0], None, budget_s=60.0, steps=6)
+    with pytest.raises(ValueError, match="exactly one"):
+        run_grid([0], None)
