@@ -30,11 +30,13 @@ def settings_for(smoke: bool) -> dict:
     # Plain methods at the preset's population (scope group): the preset's recipe is cleared.
     common = ["data.eval.arithmetic.limit=32", "data.eval.arithmetic_val.limit=32", "selection.recipe=null",
               "selection.scope=group", "selection.ratio=0.2"]
-    if smoke:  # two runs: every train() pays its actors' start-up (tens of seconds on 2 cores)
-        return {"steps": 2, "rounds": 1, "methods": ("none", "gmts_exact"),
+    if smoke:
+        # Two runs, no discarded warm-up run: every train() pays its actors' start-up (tens of seconds on 2
+        # cores), and the warm-up run is the measured runs' own code path, there only to steady the figures.
+        return {"steps": 2, "rounds": 1, "methods": ("none", "gmts_exact"), "warmup_run": False,
                 "overrides": common + ["warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
                                        "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8", "data.eval.arithmetic_val.limit=8"]}
-    return {"steps": 8, "rounds": 3, "methods": METHODS, "overrides": common}
+    return {"steps": 8, "rounds": 3, "methods": METHODS, "warmup_run": True, "overrides": common}
 
 
 def run(smoke: bool) -> dict:
@@ -46,9 +48,10 @@ def run(smoke: bool) -> dict:
     runs: dict[str, list[LoopRun]] = defaultdict(list)
     start_local_ray()
     try:
-        # A discarded run first: the first train() of a fresh Ray session also pays for Ray's worker
-        # pool and cold file caches, which would otherwise land on whichever method runs first.
-        run_loop(PRESET, cfg["overrides"] + ["selection.method=gmts"], 2)
+        if cfg["warmup_run"]:
+            # A discarded run first: the first train() of a fresh Ray session also pays for Ray's worker
+            # pool and cold file caches, which would otherwise land on whichever method runs first.
+            run_loop(PRESET, cfg["overrides"] + ["selection.method=gmts"], 2)
         for round_index in range(cfg["rounds"]):
             shift = round_index % len(methods)
             for method in methods[shift:] + methods[:shift]:
@@ -92,12 +95,14 @@ def run(smoke: bool) -> dict:
     return BenchmarkResult(
         title="step time by selection method in train() (cpu-tiny-s)",
         settings={"preset": PRESET, "methods": list(methods), "steps_per_run": cfg["steps"],
-                  "rounds": cfg["rounds"], "overrides": cfg["overrides"],
+                  "rounds": cfg["rounds"], "discarded_warmup_run": cfg["warmup_run"],
+                  "overrides": cfg["overrides"],
                   "rl_step": rl_step_shape(PRESET, cfg["overrides"] + ["selection.method=gmts"]),
                   "steady_steps_per_method": {m: len(steps[m]) for m in methods}},
         figures=figures,
         measurements={m: [run.breakdown() for run in runs[m]] for m in methods},
-        notes=[("one discarded warm-up run first; each run's first step is dropped; a run's figure is the "
+        notes=[(("one discarded warm-up run first; " if cfg["warmup_run"] else "") +
+                "each run's first step is dropped; a run's figure is the "
                 "median of its remaining steps; 'paired by round' = median over rounds of run(method) / run(none) "
                 "of the same round.")],
     ).as_dict()

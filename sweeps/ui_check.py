@@ -91,15 +91,20 @@ def mlflow_ui(tracking_uri: str) -> Iterator[str]:
 
 
 def render(url: str, screenshot: Path | None = None) -> str:
-    """The page's text after its scripts ran (a fresh profile: no view remembered from an earlier visit)."""
+    """The page's text after its scripts ran (a fresh profile: no view remembered from an earlier visit).
+
+    One Chromium run dumps the DOM and takes the screenshot: both show the page at the same moment, and a
+    browser start (seconds on 2 busy cores) is paid once per page."""
     with tempfile.TemporaryDirectory(prefix="gmts-chromium-") as profile:
-        common = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                  "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
-                  f"--virtual-time-budget={RENDER_BUDGET_MS}"]
-        dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=180, check=True).stdout
+        command = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                   "--hide-scrollbars", f"--user-data-dir={profile}", f"--window-size={WINDOW[0]},{WINDOW[1]}",
+                   f"--virtual-time-budget={RENDER_BUDGET_MS}", "--dump-dom"]
         if screenshot is not None:
             screenshot.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run([*common, f"--screenshot={screenshot}", url], capture_output=True, timeout=180, check=True)
+            command.append(f"--screenshot={screenshot}")
+        dom = subprocess.run([*command, url], capture_output=True, text=True, timeout=180, check=True).stdout
+    if screenshot is not None and not screenshot.is_file():
+        raise RuntimeError(f"chromium dumped {url} but wrote no screenshot to {screenshot}")
     return _text(dom)
 
 

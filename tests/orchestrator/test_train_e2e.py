@@ -1,7 +1,9 @@
 """The RL training job end to end with the real parts: Ray actors, vLLM, DeepSpeed, verifiers, MLflow.
 
-One small cpu-tiny-s configuration (a short warm-up, a few RL steps); the base policy is cached in
-the test's temporary model cache and shared by the tests of this module.
+One small cpu-tiny-s configuration (a short warm-up, a few RL steps). Every training start-up costs tens of
+seconds on 2 cores (Ray actors, vLLM, DeepSpeed, a fresh MLflow store), so the module shares what it can: one
+Ray, one output folder and model cache (the warm-up base is trained once), and one uninterrupted 4-step run
+that the resume test continues against and the reproducibility test repeats.
 """
 
 from __future__ import annotations
@@ -30,9 +32,23 @@ def local_ray():
     ray.shutdown()
 
 
-def _config(tmp_path, name: str, steps: int, **extra: str):
+@pytest.fixture(scope="module")
+def shared_dir(tmp_path_factory):
+    """The module's output folder and model cache: runs are told apart by name, the base is built once."""
+    return tmp_path_factory.mktemp("train-e2e")
+
+
+@pytest.fixture(scope="module")
+def full_run(shared_dir, local_ray):
+    """The uninterrupted 4-step run (checkpoints every 2 steps, evaluations at 0, 2, 4), its step reports."""
+    reports: list[StepReport] = []
+    result = train(_config(shared_dir, "full", 4), on_step=reports.append)
+    return result, reports
+
+
+def _config(root, name: str, steps: int, **extra: str):
     overrides = {
-        "name": name, "output_dir": str(tmp_path / "runs"), "model.cache_dir": str(tmp_path / "models"),
+        "name": name, "output_dir": str(root / "runs"), "model.cache_dir": str(root / "models"),
         "warmup.steps": "40", "warmup.examples": "800", "training.steps": str(steps), "checkpoint.interval": "2",
         "data.prompts_per_step": "8", "rollout.n_samples": "4", "learner.mini_batch_size": "32",
         "learner.micro_batch_size": "32", "data.eval.arithmetic.limit": "24", "data.eval.arithmetic_val.limit": "16",
@@ -46,11 +62,9 @@ def _history(client: MlflowClient, run_id: str, key: str) -> dict[int, float]:
     return {m.step: m.value for m in client.get_metric_history(run_id, key)}
 
 
-def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
-    reports: list[StepReport] = []
-    full = train(_config(tmp_path, "full", 4), on_step=reports.append)
-
-    config = _config(tmp_path, "full", 4)
+def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, shared_dir, full_run):
+    full, reports = full_run
+    config = _config(shared_dir, "full", 4)
     client = MlflowClient(config.tracking_uri())
     run = client.get_run(full.run_id)
     assert run.info.status == "FINISHED"
@@ -80,8 +94,8 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
     # the collective weight-sync route (learner rank 0 broadcasts to the vLLM worker over gloo), the full
     # run the in-process one: the two routes must train identically.
     collective = {"rollout.weight_sync": "collective", "rollout.weight_sync_bucket_bytes": str(64 * 1024)}
-    train(_config(tmp_path, "split", 2, **collective))
-    resumed = train(_config(tmp_path, "split", 4, **collective), resume=True)
+    train(_config(shared_dir, "split", 2, **collective))
+    resumed = train(_config(shared_dir, "split", 4, **collective), resume=True)
     assert max(_history(client, resumed.run_id, "rollout/logprob_diff").values()) < 1e-4
     runs = client.search_runs([run.info.experiment_id], "tags.`gmts.run_name` = 'split'")
     assert [r.info.run_id for r in runs] == [resumed.run_id]  # the same MLflow run was reopened
@@ -92,20 +106,21 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, local_ray):
             assert continued[step] == pytest.approx(uninterrupted[step], rel=1e-5, abs=1e-7), (key, step)
 
 
-def test_the_same_config_and_seed_repeat_every_metric_exactly_under_load(tmp_path, local_ray):
+def test_the_same_config_and_seed_repeat_every_metric_exactly_under_load(shared_dir, full_run):
     """Deliverable of reproducibility: same config + seed → the same numbers to the last digit, even with the
-    cores busy and another torch thread setting in the driver (timings aside)."""
-    first = train(_config(tmp_path, "first", 2, **{"checkpoint.interval": "0"}))
+    cores busy and another torch thread setting in the driver (timings aside). The first of the two runs is
+    the module's uninterrupted run; the repeat differs from it in its name only."""
+    first, _ = full_run
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy core while the repeat runs
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2 if previous == 1 else 1)
-        again = train(_config(tmp_path, "again", 2, **{"checkpoint.interval": "0"}))
+        again = train(_config(shared_dir, "again", 4))
     finally:
         torch.set_num_threads(previous)
         hog.kill()
         hog.wait()
-    client = MlflowClient(_config(tmp_path, "first", 2).tracking_uri())
+    client = MlflowClient(_config(shared_dir, "full", 4).tracking_uri())
     runs = {name: client.get_run(result.run_id) for name, result in (("first", first), ("again", again))}
     assert runs["first"].data.tags["base/checksum"] == runs["again"].data.tags["base/checksum"]
     keys = sorted(k for k in runs["first"].data.metrics if not k.startswith("time/"))
@@ -126,13 +141,13 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(tmp_path, local_ray):
+def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(shared_dir, local_ray):
     seen: list[list[dict]] = []
 
     def live_groups(report: StepReport) -> None:
         seen.append([g["bundles"] for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"])
 
-    config = _config(tmp_path, "colocated", 1, **{"resources.colocate": "true", "checkpoint.interval": "0",
+    config = _config(shared_dir, "colocated", 1, **{"resources.colocate": "true", "checkpoint.interval": "0",
                                                   "evaluation.interval": "0"})
     result = train(config, on_step=live_groups)
     assert result.steps == 1
