@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.learning_efficiency import ARMS as LEARNING_EFFICIENCY_ARMS
-from benchmarks.learning_efficiency import Arm, RunJournal
+from benchmarks.learning_efficiency import FIRST_STEP_KEYS, Arm, RunJournal, _seed_check
 from benchmarks.report import BenchmarkResult, Figure, machine_info, versions, write_report
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop, run_loop_for_seconds
 from sweeps.statistics import paired_difference, t_interval
@@ -49,7 +49,6 @@ LENGTH_METRIC = f"eval/{TEST_SET}/response_length"
 ARMS: tuple[Arm, ...] = tuple(arm for arm in LEARNING_EFFICIENCY_ARMS
                               if arm.name in ("none", "ets-release", "gmts-release"))
 COMPARISONS = (("gmts-release", "ets-release"), ("gmts-release", "none"), ("ets-release", "none"))
-FIRST_STEP_KEYS = ("train/accuracy", "reward/mean", "train/response_length")
 DEFAULT_SEEDS = (0, 1)
 DEFAULT_BUDGET_S = 480.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -152,19 +151,6 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
     return BenchmarkResult(
         title=f"held-out accuracy after the same RL training per arm, SmolLM2-135M-Instruct ({PRESET})",
         settings=settings, figures=figures, measurements={"runs": records}).as_dict()
-
-
-def _seed_check(records: list[dict]) -> list[Figure]:
-    """Within a seed every arm's first batch is the same (no update has happened yet); seeds differ."""
-    by_seed: dict[int, set] = defaultdict(set)
-    for record in records:
-        by_seed[record["seed"]].add(tuple(record["first_step"].get(key) for key in FIRST_STEP_KEYS))
-    same = all(len(signatures) == 1 for signatures in by_seed.values())
-    firsts = [next(iter(signatures)) for signatures in by_seed.values()]
-    return [Figure("seed check: first-step rollouts identical across arms within each seed", str(same), "",
-                   f"{len(by_seed)} seeds"),
-            Figure("seed check: first-step rollouts differ between seeds",
-                   str(len(set(firsts)) == len(firsts)) if len(firsts) > 1 else "n/a (one seed)", "", "")]
 
 
 def _test_problems(extra: tuple[str, ...]) -> int:
