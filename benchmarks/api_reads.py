@@ -88,7 +88,7 @@ def run(smoke: bool, nice_cluster: int = 0) -> dict:
         phases = {}
         with _Deprioritised(head, nice_cluster):
             # The same load twice, from the two client libraries: the first is the headline; the second
-            # shows how much of a latency is the load generator's own queue (httpx costs several times
+            # shows how much of a latency is the load generator's own queue (httpx costs ≈ 30×
             # aiohttp's CPU per request, and the clients share the 2 cores with the server and the sweep).
             for library in CLIENT_LIBRARIES:
                 cpu_before = sum(server.cpu_times()[:2])
