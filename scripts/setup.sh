@@ -29,6 +29,17 @@ if [ ! -f "$stamp" ]; then
     rm -f .venv/.setup-* && touch "$stamp"
 fi
 
+# Headless Chromium for the MLflow UI browser test (tests/sweeps/test_mlflow_ui.py, sweeps/ui_check.py): a Debian
+# package, not a pip one. Installed when this runs as root with apt-get (CI, a fresh machine); otherwise named.
+if ! command -v chromium >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "[setup] installing Debian's chromium (headless browser for the MLflow UI test; about a minute)"
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+    else
+        echo "[setup] no chromium on PATH: tests/sweeps/test_mlflow_ui.py will be skipped (Debian: sudo apt-get install chromium)"
+    fi
+fi
+
 echo "[setup] DeepSpeed CPU ops (compiled once, cached in ~/.cache/torch_extensions)"
 python - <<'PY'
 import logging, os
