@@ -34,7 +34,9 @@ fi
 if ! command -v chromium >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "[setup] installing Debian's chromium (headless browser for the MLflow UI test; about a minute)"
-        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+        # Not fatal: without it only the browser test is skipped (and says so).
+        { apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+            || echo "[setup] apt-get could not install chromium: tests/sweeps/test_mlflow_ui.py will be skipped"
     else
         echo "[setup] no chromium on PATH: tests/sweeps/test_mlflow_ui.py will be skipped (Debian: sudo apt-get install chromium)"
     fi
