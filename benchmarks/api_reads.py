@@ -153,6 +153,8 @@ async def _load(url: str, token: str, sweep_id: str, clients: int, per_client: i
                 library: str = "aiohttp") -> dict[str, list[float] | int | float]:
     """``clients`` concurrent clients in this process's event loop, each ``per_client`` requests in turn.
     ``client_cpu_s``: this process's CPU time over the load (the load generator's own cost)."""
+    if library not in CLIENT_LIBRARIES:
+        raise ValueError(f"library: {library!r} is not one of {CLIENT_LIBRARIES}")
     results: dict = {"all": [], "list": [], "get": [], "errors": 0}
     headers = {"Authorization": f"Bearer {token}"}
     if library == "aiohttp":
@@ -165,7 +167,7 @@ async def _load(url: str, token: str, sweep_id: str, clients: int, per_client: i
             async with session.get(path) as response:
                 await response.read()
                 return response.status
-    else:
+    elif library == "httpx":
         import httpx
 
         session = httpx.AsyncClient(base_url=url, headers=headers, timeout=60,
