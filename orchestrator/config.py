@@ -174,6 +174,15 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _rollout_logprobs_are_the_policy_when_they_stand_for_old_logp(self) -> ExperimentConfig:
+        if self.learner.old_logp_source == "rollout" and (self.rollout.top_p != 1.0 or self.rollout.top_k != 0):
+            raise ValueError(
+                f"learner.old_logp_source='rollout': the engine's logprobs are π only without truncation, but "
+                f"rollout.top_p={self.rollout.top_p} and rollout.top_k={self.rollout.top_k} renormalise over the kept "
+                "tokens; set top_p=1 and top_k=0, or old_logp_source='learner'")
+        return self
+
+    @model_validator(mode="after")
     def _colocation_pairs_engines_with_learners(self) -> ExperimentConfig:
         res = self.resources
         if not res.colocate:

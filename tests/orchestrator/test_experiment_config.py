@@ -75,3 +75,13 @@ def test_a_sweeps_seed_axis_varies_every_run_seed(tmp_path):
                                      "grid": {"method": ["none"], "seed": [0, 1]}})
     seeds = [(t.config.training.seed, t.config.learner.seed, t.config.selection.seed) for t in expand(spec, tmp_path)]
     assert seeds == [(0, 0, 0), (1, 1, 1)]
+
+
+@pytest.mark.parametrize("truncation", ["rollout.top_p=0.9", "rollout.top_k=5"])
+def test_old_logp_from_the_rollout_is_refused_under_truncated_sampling(truncation):
+    """Under top-p/top-k the engine's logprobs are renormalised over the kept tokens: not π, so not π_old."""
+    assert load_experiment("cpu-tiny-s", ["learner.old_logp_source=rollout"]).learner.old_logp_source == "rollout"
+    with pytest.raises(ConfigError, match=r"learner.old_logp_source='rollout'.*top_p=1 and top_k=0"):
+        load_experiment("cpu-tiny-s", ["learner.old_logp_source=rollout", truncation])
+    with pytest.raises(ConfigError, match="old_logp_source"):
+        load_experiment("cpu-tiny-s", ["learner.old_logp_source=vllm"])

@@ -83,14 +83,14 @@ class TrainBatch:
             raise ValueError(f"prompts {empty[:5]} are empty; each prompt needs ≥ 1 token (e.g. BOS)")
         length = max(len(p) + len(r) for p, r in zip(prompt_ids, response_ids))
         width = max(1, max(len(r) for r in response_ids))
-        input_ids = torch.full((rows, length), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros(rows, length, dtype=torch.long)
-        response_mask = torch.zeros(rows, width)
-        for b, (prompt, response) in enumerate(zip(prompt_ids, response_ids)):
-            sequence = list(prompt) + list(response)
-            input_ids[b, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-            attention_mask[b, : len(sequence)] = 1
-            response_mask[b, : len(response)] = 1.0
+        # One tensor per field from padded Python lists: one element-wise copy per row costs more than the
+        # batch's own forward at tiny scale.
+        input_ids = torch.tensor([[*prompt, *response] + [pad_id] * (length - len(prompt) - len(response))
+                                  for prompt, response in zip(prompt_ids, response_ids)], dtype=torch.long)
+        sequence_lengths = torch.tensor([len(p) + len(r) for p, r in zip(prompt_ids, response_ids)])
+        response_lengths = torch.tensor([len(r) for r in response_ids])
+        attention_mask = (torch.arange(length)[None] < sequence_lengths[:, None]).long()
+        response_mask = (torch.arange(width)[None] < response_lengths[:, None]).float()
         return cls(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -181,9 +181,7 @@ def _pad_per_token(values: Sequence[Sequence[float]] | None, responses: Sequence
                    name: str) -> torch.Tensor | None:
     if values is None:
         return None
-    out = torch.zeros(len(responses), width)
     for b, (row, response) in enumerate(zip(values, responses)):
         if len(row) != len(response):
             raise ValueError(f"{name}[{b}] has {len(row)} entries for a response of {len(response)} tokens")
-        out[b, : len(row)] = torch.as_tensor(row, dtype=torch.float32)
-    return out
+    return torch.tensor([[*map(float, row)] + [0.0] * (width - len(row)) for row in values], dtype=torch.float32)

@@ -11,6 +11,8 @@ Micro- and mini-batches hold whole prompt groups (see ``batch.TrainBatch.split``
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
@@ -50,6 +52,14 @@ class LearnerConfig(BaseModel):
             "Compute G_t = ‖e_o − p‖ for every token (selection/spearman_entropy_gradnorm) even when the "
             "selection method does not need it (only gmts_exact does)."
         ),
+    )
+    old_logp_source: Literal["learner", "rollout"] = Field(
+        "learner", description="π_old of the importance ratio when an RL step holds several optimiser steps. "
+        "'learner': a no-grad forward of the learner before the update (one extra forward per step). "
+        "'rollout': the logprobs the vLLM engine sampled with, no extra forward (verl's "
+        "recompute_old_log_prob=False, NeMo-RL's skip_prev_logprobs); the ratio then also carries the engine–"
+        "learner numeric gap (reported as rollout/logprob_diff, over the first mini-batch). Needs "
+        "rollout.top_p=1 and rollout.top_k=0, under which the engine's logprobs are the learner's π."
     )
     seed: int = Field(0, description="Seed of the mini-batch shuffle (default: training.seed).")
 

@@ -23,9 +23,11 @@ the mini-batch (time/selection_scoring_s; benchmarks/selection_step.py measures 
 batch or is computed by ``train_step`` itself on this rank's shard when the schedule or KL needs it
 (``schedule.needs_reference_pass``: several epochs or mini-batches, or ``kl_coef > 0`` for π_ref);
 in the strictly on-policy case (one epoch, one mini-batch) π_old = π exactly and the current logp
-(detached) is used. When the batch carries the rollout's sampling logprobs, the learner-side pass
-also reports their agreement with its own π_old (``rollout/logprob_diff``: a drift means a broken
-weight sync).
+(detached) is used. With ``learner.old_logp_source='rollout'`` the rollout's sampling logprobs stand for
+π_old and that pass is skipped (π_ref, under KL, still gets its own). When the batch carries the rollout's
+sampling logprobs, the learner reports their agreement with its own π_old (``rollout/logprob_diff``: a drift
+means a broken weight sync) — from its pass, or, without one, from the first mini-batch's forwards, which run
+at the weights the engine sampled with.
 
 Loss scale under gradient accumulation. Each micro-batch loss from ``ppo_clip_loss`` is its own
 aggregate (a mean over its tokens or sequences). Before backward it is multiplied by
@@ -191,8 +193,9 @@ class LearnerEngine:
         return layout(stats.logp), layout(stats.entropy), grad_norm
 
     @torch.no_grad()
-    def compute_reference_stats(self, batch: TrainBatch) -> TrainBatch:
+    def compute_reference_stats(self, batch: TrainBatch, policy: bool = True) -> TrainBatch:
         """The batch with ``old_logp`` = log π (current weights) and, with a reference, ``ref_logp``.
+        ``policy=False``: only ``ref_logp``; the batch keeps its own ``old_logp``.
 
         Batches live on the CPU; each micro-batch visits the engine's device for its forward.
         """
@@ -205,15 +208,17 @@ class LearnerEngine:
                 piece = batch.select(rows).to(self.device)
                 index = piece.response_index()
                 into = (rows.to(self.device)[index.rows], index.cols)
-                logits = self.engine(piece.input_ids, piece.attention_mask, index.rows, index.positions)
-                old[into] = self._flat_logp(logits, index)
+                if policy:
+                    logits = self.engine(piece.input_ids, piece.attention_mask, index.rows, index.positions)
+                    old[into] = self._flat_logp(logits, index)
                 if ref is not None:
                     ref_logits = response_logits(self.reference, piece.input_ids, piece.attention_mask,
                                                  index.rows, index.positions)
                     ref[into] = self._flat_logp(ref_logits, index)
         finally:
             self.engine.train()
-        return batch.replace(old_logp=old.cpu(), ref_logp=ref.cpu() if ref is not None else batch.ref_logp)
+        return batch.replace(old_logp=old.cpu() if policy else batch.old_logp,
+                             ref_logp=ref.cpu() if ref is not None else batch.ref_logp)
 
     @torch.no_grad()
     def token_statistics(self, batch: TrainBatch) -> list[dict[str, list[float] | float | int]]:
@@ -279,6 +284,11 @@ class LearnerEngine:
         records: list[dict[str, float]] = []
         optimizer_records: list[dict[str, float]] = []
         tokens: dict[str, int] = defaultdict(int)
+        # π_old taken from the rollout: the engine–learner agreement is read off the first mini-batch's
+        # forwards instead, which run at the weights the engine sampled with (no update yet this step).
+        measure_agreement = not agreement and batch.sampling_logp is not None and batch.old_logp is not None \
+            and self.learner.old_logp_source == "rollout"
+        agreement_sums = [0.0, 0.0]  # Σ |sampling logp − logp| over response tokens, their count
         for epoch in range(cfg.ppo_epochs):
             shuffle = torch.Generator().manual_seed(_mix_seed(cfg.seed, step, epoch))
             minis = split_groups(batch, cfg.mini_batch_per_rank, generator=shuffle, split_large_groups=False)
@@ -301,7 +311,8 @@ class LearnerEngine:
                     record = self._micro_step(
                         micro, loss_config, scale * self.world_size, selection_rng, tie_seed, timings,
                         selection=None if selections is None else selections[micro_index],
-                        pg_total=pg_total, whole_mini_batch=len(micros) == 1)
+                        pg_total=pg_total, whole_mini_batch=len(micros) == 1,
+                        agreement_sums=agreement_sums if measure_agreement and epoch == 0 and mini_index == 0 else None)
                     for key in MINI_BATCH_LOSSES:  # × world: the group reports the mean over ranks
                         aggregate[key] += record.pop(key) * scale * self.world_size
                     records.append(record)
@@ -309,6 +320,8 @@ class LearnerEngine:
         metrics = _mean_metrics(records)
         metrics.update(_mean_metrics(optimizer_records))
         metrics.update(agreement)
+        if measure_agreement:
+            metrics["rollout/logprob_diff"] = agreement_sums[0] / max(agreement_sums[1], 1.0)
         metrics["optim/steps"] = float(len(optimizer_records))
         metrics["learner/micro_batches"] = float(len(records))
         metrics["learner/padding_fraction"] = 1.0 - tokens["real"] / max(tokens["padded"], 1)
@@ -321,6 +334,14 @@ class LearnerEngine:
         them and the batch does not carry them; plus, when it carries the rollout's sampling logprobs, their
         mean absolute difference to the learner's π_old over the response tokens."""
         needs = needs_reference_pass(self.learner, batch.batch_size, self.loss.kl_coef)
+        if needs and self.learner.old_logp_source == "rollout" and batch.old_logp is None:
+            if batch.sampling_logp is None:
+                raise ValueError("learner.old_logp_source='rollout': the batch carries no rollout logprobs "
+                                 "(TrainBatch.sampling_logp)")
+            batch = batch.replace(old_logp=batch.sampling_logp)
+            if self.reference is not None and batch.ref_logp is None:
+                batch = self.compute_reference_stats(batch, policy=False)
+            return batch, {}  # the agreement is measured on the first mini-batch (train_step)
         if not needs or (batch.old_logp is not None and (self.reference is None or batch.ref_logp is not None)):
             return batch, {}
         batch = self.compute_reference_stats(batch)
@@ -387,13 +408,17 @@ class LearnerEngine:
     def _micro_step(self, micro: TrainBatch, loss_config: PolicyLossConfig, scale: float,
                     generator: torch.Generator, tie_seed: int, timings: dict[str, float],
                     selection: Selection | None = None, pg_total: float | None = None,
-                    whole_mini_batch: bool = False) -> dict[str, float]:
+                    whole_mini_batch: bool = False, agreement_sums: list[float] | None = None) -> dict[str, float]:
+        """``agreement_sums``: add Σ |sampling logp − logp| and the token count of this micro-batch to it."""
         tick = time.perf_counter()
         micro = micro.to(self.device)
         index = micro.response_index()
         logits = self.engine(micro.input_ids, micro.attention_mask, index.rows, index.positions)
         logp, entropy, grad_norm = self._response_stats(micro, index, logits)
         mask = micro.response_mask
+        if agreement_sums is not None:
+            agreement_sums[0] += float(((micro.sampling_logp - logp.detach()).abs() * mask).sum())
+            agreement_sums[1] += float(mask.sum())
         old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
         entropy_in_loss = entropy
         if loss_config.entropy_coef > 0:

@@ -27,6 +27,11 @@ class RewardResult:
     error: str | None = None
     timed_out: bool = False
 
+    def __reduce__(self):
+        # Rebuilt by its constructor: a frozen slots dataclass otherwise unpickles through dataclasses'
+        # generic __setstate__, ≈ 35 µs each — 36 ms for one tiny-s step's 1,024 results from the reward actor.
+        return RewardResult, (self.score, self.error, self.timed_out)
+
 
 @dataclass(frozen=True, slots=True)
 class RewardBatchStats:

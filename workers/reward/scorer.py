@@ -1,4 +1,5 @@
-"""Scores a batch of completions with the verifier of each problem's domain, in a pool of processes."""
+"""Scores a batch of completions with the verifier of each problem's domain: in a pool of processes, or in this
+process for the domains whose check cannot hang (``IN_PROCESS_DOMAINS``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Sequence
 from workers.problem import Problem
 from workers.reward.config import RewardConfig
 from workers.reward.dispatch import (
+    IN_PROCESS_DOMAINS,
     VERIFIER_NAMES,
     check_deadline_s,
     prepare_verifier_process,
@@ -16,7 +18,7 @@ from workers.reward.dispatch import (
     verify_completion,
 )
 from workers.reward.results import RewardBatchStats, RewardResult, VerifierBroken
-from workers.reward.verifier_pool import VerifierPool
+from workers.reward.verifier_pool import VerifierPool, run_check
 
 logger = logging.getLogger(__name__)
 
@@ -34,8 +36,9 @@ class RewardScorer:
     def __init__(self, config: RewardConfig):
         self.config = config
         probe_sandbox(config)  # once, here: the verifier processes forked below inherit the result
+        self._check = functools.partial(verify_completion, config=config)
         self._pool = VerifierPool(
-            functools.partial(verify_completion, config=config),
+            self._check,
             config.num_workers,
             prepare=functools.partial(prepare_verifier_process, config),
         )
@@ -45,11 +48,20 @@ class RewardScorer:
         """One result per completion; ``problems[i]`` is the problem ``completions[i]`` answers."""
         if len(completions) != len(problems):
             raise ValueError(f"score got {len(completions)} completions but {len(problems)} problems")
-        results = self._pool.run(
-            [(completion, problem) for completion, problem in zip(completions, problems)],
-            [check_deadline_s(problem, self.config) for problem in problems],
-        )
-        self.last_batch_stats = RewardBatchStats.from_results(results)
+        results: list[RewardResult | None] = [None] * len(completions)
+        pooled = []
+        for index, (completion, problem) in enumerate(zip(completions, problems)):
+            if problem.domain in IN_PROCESS_DOMAINS:
+                results[index] = run_check(self._check, (completion, problem))
+            else:
+                pooled.append(index)
+        if pooled:
+            pooled_results = self._pool.run([(completions[i], problems[i]) for i in pooled],
+                                            [check_deadline_s(problems[i], self.config) for i in pooled])
+            for index, result in zip(pooled, pooled_results, strict=True):
+                results[index] = result
+        assert all(result is not None for result in results)
+        self.last_batch_stats = RewardBatchStats.from_results(results)  # type: ignore[arg-type]
         if self.last_batch_stats.n_failed:
             first_error = next(result.error for result in results if result.error is not None)
             logger.warning("reward: %d of %d checks failed (%d timeouts), e.g. %s", self.last_batch_stats.n_failed,

@@ -161,10 +161,11 @@ def _serve(connection: Connection, check: Callable[..., float], prepare: Callabl
             index, item = connection.recv()
         except EOFError:
             return
-        connection.send((index, _run_check(check, item)))
+        connection.send((index, run_check(check, item)))
 
 
-def _run_check(check: Callable[..., float], item: tuple[Any, ...]) -> RewardResult:
+def run_check(check: Callable[..., float], item: tuple[Any, ...]) -> RewardResult:
+    """``check(*item)`` as a ``RewardResult``: an error or an out-of-range score is a 0 with its reason, never a raise."""
     try:
         score = float(check(*item))
     except CheckTimeout as timeout:

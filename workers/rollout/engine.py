@@ -89,9 +89,11 @@ class RolloutEngine:
             # On CUDA the KV cache is sized from gpu_memory_utilization, as vLLM normally does.
             engine_args["tensor_parallel_size"] = config.tensor_parallel_size
         started = time.perf_counter()
-        with _context_proxies_hidden():
+        with _context_proxies_hidden(), self._gemm_dispatch():
             self._llm = LLM(**engine_args)
         self.start_seconds = time.perf_counter() - started
+        if self.on_cpu and config.cpu_linear == "torch":
+            self._check_torch_linear()
         _drop_per_sync_log_lines()
         self._weight_sync = self._resolve_weight_sync()
         logger.info("vLLM engine for %s started in %.1f s (weight sync: %s)", self.model_dir, self.start_seconds,
@@ -125,6 +127,9 @@ class RolloutEngine:
                 max_tokens=self.config.max_new_tokens,
                 logprobs=0,  # the sampled token's logprob only
                 seed=prompt_seed,
+                # Token ids are the product (callers decode them in one batch_decode): no incremental
+                # detokenizer per request and no token strings for the logprobs.
+                detokenize=False,
             )
 
         params = params_for(None) if seed is None else [params_for(seed + i) for i in range(len(prompt_token_ids))]
@@ -148,6 +153,20 @@ class RolloutEngine:
                 )
         return samples
 
+    def _gemm_dispatch(self):
+        """Where the weights are (re)loaded: the GEMM that ``config.cpu_linear`` names."""
+        return _torch_linear_on_cpu() if self.on_cpu and self.config.cpu_linear == "torch" else contextlib.nullcontext()
+
+    def _check_torch_linear(self) -> None:
+        """``cpu_linear='torch'`` rests on a vLLM internal: fail loudly, naming the field, where it did not apply."""
+        worker = self._in_process_worker()
+        model = worker.model_runner.get_model() if worker is not None else None
+        linears = [module for module in model.modules() if hasattr(module, "cpu_linear")] if model is not None else []
+        # vLLM's packing branches empty the layer's weight; its torch.nn.functional.linear fallback keeps it.
+        if not linears or any(module.weight.numel() == 0 for module in linears):
+            raise RuntimeError("rollout.cpu_linear='torch' did not apply in this engine (needs an in-process CPU "
+                               "engine of vLLM 0.32's GEMM dispatch); set rollout.cpu_linear='vllm'")
+
     def weight_sync_route(self) -> ResolvedWeightSync:
         """The route ``config.weight_sync`` resolved to on this engine ('auto' decided)."""
         return self._weight_sync
@@ -166,10 +185,11 @@ class RolloutEngine:
         items = list(named_tensors.items() if isinstance(named_tensors, Mapping) else named_tensors)
         items = [(name, tensor.detach()) for name, tensor in items]
         worker = self._in_process_worker()
-        if worker is not None and self._weight_sync != "bytes":
-            worker.model_runner.reload_weights(weights_iterator=items)
-        else:
-            send_weights_via_rpc(self._llm, items, self.config.weight_sync_bucket_bytes)
+        with self._gemm_dispatch():  # a reload packs the weights again
+            if worker is not None and self._weight_sync != "bytes":
+                worker.model_runner.reload_weights(weights_iterator=items)
+            else:
+                send_weights_via_rpc(self._llm, items, self.config.weight_sync_bucket_bytes)
         return self._weights_changed(started, len(items))
 
     # ------------------------------------------------------------------------- the collective route
@@ -187,7 +207,8 @@ class RolloutEngine:
         """Take the state dict that the learner rank 0 broadcasts (the call blocks until it has arrived and
         been reloaded); returns the seconds taken, waiting for the sender included."""
         started = time.perf_counter()
-        (count, *_) = self._llm.collective_rpc("receive_broadcast_weights")
+        with self._gemm_dispatch():
+            (count, *_) = self._llm.collective_rpc("receive_broadcast_weights")
         return self._weights_changed(started, count)
 
     def _weights_changed(self, started: float, count: int) -> float:
@@ -279,6 +300,23 @@ def _drop_per_sync_log_lines() -> None:
     for handler in logging.getLogger("vllm").handlers:
         if not any(isinstance(f, _PerSyncLogFilter) for f in handler.filters):
             handler.addFilter(_PerSyncLogFilter())
+
+
+@contextlib.contextmanager
+def _torch_linear_on_cpu():
+    """vLLM 0.32 has no switch for its CPU dense GEMM: ``dispatch_cpu_unquantized_gemm`` packs each linear
+    weight into a oneDNN handle unless ``vllm._custom_ops._supports_onednn`` is false, and then falls back to
+    ``torch.nn.functional.linear``. The flag is read at every (re)load of the weights, so it is switched off
+    around those only, and another engine of this process keeps vLLM's own dispatch.
+    ``RolloutEngine._check_torch_linear`` verifies that it took effect."""
+    import vllm._custom_ops as vllm_ops
+
+    before = vllm_ops._supports_onednn
+    vllm_ops._supports_onednn = False
+    try:
+        yield
+    finally:
+        vllm_ops._supports_onednn = before
 
 
 def _tokens_prompts(prompt_token_ids: list[list[int]]) -> list[Any]:

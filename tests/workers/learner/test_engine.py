@@ -170,6 +170,29 @@ def test_on_policy_batch_needs_no_old_logp_and_several_mini_batches_compute_thei
     assert metrics["rollout/logprob_diff"] == pytest.approx(0.1, abs=1e-5)
 
 
+def test_old_logp_from_the_rollout_replaces_the_learners_own_pass(model_dir):
+    """learner.old_logp_source='rollout': the sampling logprobs are π_old (no no-grad pass); with the learner's
+    own π as sampling logprobs the update is the default one bit for bit, shifted ones change it, and the
+    agreement is read off the first mini-batch's forwards."""
+    sampled = make_batch()
+    own = make_engine(model_dir, mini_batch_size=8).compute_reference_stats(sampled).old_logp
+    updates = {}
+    for source, shift in (("learner", 0.0), ("rollout", 0.0), ("rollout", 0.1)):
+        engine = make_engine(model_dir, mini_batch_size=8, old_logp_source=source)
+        if source == "rollout":
+            engine.compute_reference_stats = lambda *args, **kwargs: pytest.fail("π_old pass ran")
+        batch = sampled.replace(sampling_logp=own + shift * sampled.response_mask)
+        metrics = engine.train_step(batch, step=0)
+        assert metrics["optim/steps"] == 2
+        assert metrics["rollout/logprob_diff"] == pytest.approx(shift, abs=1e-5)
+        updates[(source, shift)] = weights(engine)
+    same = updates[("learner", 0.0)]
+    assert all(torch.equal(same[name], updates[("rollout", 0.0)][name]) for name in same)
+    assert not all(torch.equal(same[name], updates[("rollout", 0.1)][name]) for name in same)
+    with pytest.raises(ValueError, match="no rollout logprobs"):
+        make_engine(model_dir, mini_batch_size=8, old_logp_source="rollout").train_step(sampled, step=0)
+
+
 def test_apply_to_advantage_and_loss_give_different_updates(model_dir):
     batch = make_batch()
     results = {}

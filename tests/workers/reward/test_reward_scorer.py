@@ -133,3 +133,19 @@ def test_fail_fast_can_be_switched_off_and_ignores_small_batches():
         assert all(result.error for result in scorer.score(["A"] * 8, broken))
     with RewardScorer(CONFIG.model_copy(update={"fail_fast_min_checks": 9, "num_workers": 1})) as scorer:
         assert all(result.error for result in scorer.score(["A"] * 8, broken))
+
+
+def test_arithmetic_answers_are_checked_in_this_process_under_the_pools_rules():
+    """The arithmetic check cannot hang (dispatch.IN_PROCESS_DOMAINS): it never crosses to a verifier process,
+    so a scorer whose processes are gone still scores it, with the same error and fail-fast rules."""
+    add = Problem(id="add", prompt="23+45=", answer="68", domain="arithmetic")
+    broken = Problem(id="bad", prompt="1+1=", answer="two", domain="arithmetic")
+    with RewardScorer(CONFIG.model_copy(update={"num_workers": 1})) as own:
+        own._pool.close()  # what would reach a verifier process now fails
+        results = own.score(["68<eos>", "69", "2"], [add, add, broken])
+        assert [result.score for result in results] == [1.0, 0.0, 0.0]
+        assert results[0].error is None and results[1].error is None
+        assert "non-integer answer" in results[2].error
+        assert own.last_batch_stats == RewardBatchStats(n=3, n_failed=1, n_timeout=0, mean_score=1 / 3)
+        with pytest.raises(VerifierBroken, match="arithmetic verifier"):
+            own.score(["2"] * 8, [broken] * 8)

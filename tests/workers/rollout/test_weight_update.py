@@ -185,3 +185,30 @@ def test_collective_update_from_a_learner_process_matches_the_learner(engine, ol
     assert_close(vllm_logprobs, torch.tensor(learner_logprobs))
     old = transformers_logprobs(old_model, PROMPT, response, 1.0)
     assert (torch.tensor(vllm_logprobs) - old).abs().max() > 1e-2, "weights did not change"
+
+
+def test_torch_linear_engine_keeps_its_weights_unpacked_and_matches_transformers_after_updates(tiny_model_dir,
+                                                                                             old_model):
+    """rollout.cpu_linear='torch': vLLM's torch.nn.functional.linear fallback (no oneDNN packing), checked by the
+    engine itself at start; the logprobs still equal transformers' before and after a weight sync."""
+    import vllm._custom_ops as vllm_ops
+
+    dispatch_before = vllm_ops._supports_onednn
+    config = RolloutConfig(temperature=TEMPERATURE, max_new_tokens=8, cpu_linear="torch")
+    engine = RolloutEngine(tiny_model_dir, config)
+    try:
+        model = engine._in_process_worker().model_runner.get_model()
+        linears = [module for module in model.modules() if hasattr(module, "cpu_linear")]
+        assert linears and all(module.weight.numel() > 0 for module in linears)
+        for sample in engine.generate([PROMPT], n=2, seed=3):
+            assert_close(sample.response_logprobs,
+                         transformers_logprobs(old_model, PROMPT, sample.response_ids, TEMPERATURE))
+        new_model = perturbed(old_model, seed=2)
+        engine.update_weights(new_model.state_dict())
+        assert all(module.weight.numel() > 0 for module in model.modules() if hasattr(module, "cpu_linear"))
+        assert vllm_ops._supports_onednn == dispatch_before, "another engine of this process keeps vLLM's dispatch"
+        for sample in engine.generate([PROMPT], n=2, seed=3):
+            assert_close(sample.response_logprobs,
+                         transformers_logprobs(new_model, PROMPT, sample.response_ids, TEMPERATURE))
+    finally:
+        engine.shutdown()
