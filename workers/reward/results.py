@@ -29,7 +29,7 @@ class RewardResult:
 
     def __reduce__(self):
         # Rebuilt by its constructor: a frozen slots dataclass otherwise unpickles through dataclasses'
-        # generic __setstate__, ≈ 35 µs each — 36 ms for one tiny-s step's 1,024 results from the reward actor.
+        # generic __setstate__ (1,024 results, one tiny-s step's: 193 ms with pickle, 0.9 ms this way).
         return RewardResult, (self.score, self.error, self.timed_out)
 
 
