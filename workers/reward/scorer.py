@@ -48,20 +48,13 @@ class RewardScorer:
         """One result per completion; ``problems[i]`` is the problem ``completions[i]`` answers."""
         if len(completions) != len(problems):
             raise ValueError(f"score got {len(completions)} completions but {len(problems)} problems")
-        results: list[RewardResult | None] = [None] * len(completions)
-        pooled = []
-        for index, (completion, problem) in enumerate(zip(completions, problems)):
-            if problem.domain in IN_PROCESS_DOMAINS:
-                results[index] = run_check(self._check, (completion, problem))
-            else:
-                pooled.append(index)
-        if pooled:
-            pooled_results = self._pool.run([(completions[i], problems[i]) for i in pooled],
-                                            [check_deadline_s(problems[i], self.config) for i in pooled])
-            for index, result in zip(pooled, pooled_results, strict=True):
-                results[index] = result
-        assert all(result is not None for result in results)
-        self.last_batch_stats = RewardBatchStats.from_results(results)  # type: ignore[arg-type]
+        pooled = [i for i, problem in enumerate(problems) if problem.domain not in IN_PROCESS_DOMAINS]
+        from_pool = dict(zip(pooled, self._pool.run([(completions[i], problems[i]) for i in pooled],
+                                                    [check_deadline_s(problems[i], self.config) for i in pooled]),
+                             strict=True)) if pooled else {}
+        results = [from_pool[i] if i in from_pool else run_check(self._check, (completion, problem))
+                   for i, (completion, problem) in enumerate(zip(completions, problems))]
+        self.last_batch_stats = RewardBatchStats.from_results(results)
         if self.last_batch_stats.n_failed:
             first_error = next(result.error for result in results if result.error is not None)
             logger.warning("reward: %d of %d checks failed (%d timeouts), e.g. %s", self.last_batch_stats.n_failed,

@@ -48,8 +48,8 @@ class RolloutConfig(BaseModel):
         description="The dense GEMM of a CPU engine. 'vllm': vLLM's own dispatch, which packs every linear weight "
         "for oneDNN when the engine loads and again at every weight sync, after which each new batch shape builds "
         "its oneDNN kernels anew. 'torch': torch.nn.functional.linear on the weights as loaded (the learner's "
-        "GEMM), no packing: faster when weights change every step and the model is small (cpu-tiny-s: 0.24 s "
-        "less per rollout). Other bits than 'vllm', hence other runs. Ignored on CUDA.",
+        "GEMM), no packing: faster when weights change every step and the model is small (cpu-tiny-s on an AMD EPYC "
+        "without AVX-512: 0.24 s less per rollout). Other bits than 'vllm', hence other runs. Ignored on CUDA.",
     )
     weight_sync: WeightSyncRoute = Field(
         default="auto",

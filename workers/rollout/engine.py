@@ -57,6 +57,7 @@ class RolloutEngine:
         self.config = config
         self.model_dir = Path(model_dir)
         self.on_cpu = current_platform.is_cpu()
+        self._torch_linear = self.on_cpu and config.cpu_linear == "torch"
         engine_args: dict[str, Any] = {
             "model": str(self.model_dir),
             "dtype": dtype or _folder_dtype(self.model_dir),
@@ -92,7 +93,7 @@ class RolloutEngine:
         with _context_proxies_hidden(), self._gemm_dispatch():
             self._llm = LLM(**engine_args)
         self.start_seconds = time.perf_counter() - started
-        if self.on_cpu and config.cpu_linear == "torch":
+        if self._torch_linear:
             self._check_torch_linear()
         _drop_per_sync_log_lines()
         self._weight_sync = self._resolve_weight_sync()
@@ -155,7 +156,7 @@ class RolloutEngine:
 
     def _gemm_dispatch(self):
         """Where the weights are (re)loaded: the GEMM that ``config.cpu_linear`` names."""
-        return _torch_linear_on_cpu() if self.on_cpu and self.config.cpu_linear == "torch" else contextlib.nullcontext()
+        return _torch_linear_on_cpu() if self._torch_linear else contextlib.nullcontext()
 
     def _check_torch_linear(self) -> None:
         """``cpu_linear='torch'`` rests on a vLLM internal: fail loudly, naming the field, where it did not apply."""
