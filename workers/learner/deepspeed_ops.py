@@ -1,0 +1,71 @@
+"""DeepSpeed's CPU communication op: built once per virtual environment, and never waited on forever.
+
+On the first ``deepspeed.init_distributed`` of every CPU process DeepSpeed JIT-loads ``deepspeed_shm_comm`` (its
+shared-memory allreduce) with torch's ``cpp_extension.load``. Left to torch's defaults that has two traps, both
+seen on one machine running ``make demo`` from one checkout beside the test suite from another (2026-12-03):
+
+- torch builds into one folder per user (``~/.cache/torch_extensions/py311_cpu``) whose ``build.ninja`` names the
+  venv's include paths, so two checkouts with venvs of their own rebuilt the op in turn: 30–95 s inside each
+  learner start of either;
+- torch's build lock is a bare file (``torch.utils.file_baton.FileBaton``): a learner killed while building (a
+  cancelled job, a test's teardown, Ctrl-C) leaves it, and every later learner start waits on it forever, silently.
+  A demo trial's learner hung 45 min in its constructor at load < 1.
+
+So the op builds in a folder of this venv's own (``<venv>/torch_extensions``; ``TORCH_EXTENSIONS_DIR`` when set),
+and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds
+it knows that a torch lock file it finds there was left by a build that died, and removes it. The op module is
+then in DeepSpeed's per-process cache (``OpBuilder._loaded_ops``), so ``init_distributed`` does not load it again.
+Processes outside gmts-lab that build in the same folder at the same time would defeat this: do not point their
+``TORCH_EXTENSIONS_DIR`` at it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+from filelock import FileLock
+
+logger = logging.getLogger(__name__)
+
+TORCH_BUILD_LOCK = "lock"  # the file torch's FileBaton creates in an extension's build folder
+
+
+def extensions_dir() -> Path:
+    """Where torch builds this process's C++ extensions: ``$TORCH_EXTENSIONS_DIR``, else a folder of this venv's.
+
+    ``sys.prefix`` is the venv (Ray workers run the driver's interpreter, so they share it). Set into the
+    environment, because torch reads the variable itself at build time."""
+    chosen = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path(sys.prefix) / "torch_extensions")
+    os.environ["TORCH_EXTENSIONS_DIR"] = chosen
+    return Path(chosen)
+
+
+def load_cpu_comm_op():
+    """Build (first time) or load DeepSpeed's shared-memory CPU op the way ``init_distributed`` would, returning the
+    op module, or None where DeepSpeed would not use one (a GPU accelerator, an incompatible system)."""
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
+    # The same test as deepspeed.comm.torch.build_shm_op: where it builds nothing, neither do we.
+    if builder is None or not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
+        return None
+    root = extensions_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    guard = build_lock(root, builder.NAME)
+    with guard:
+        # torch's build folder is <TORCH_EXTENSIONS_DIR>/<name> when the variable is set (it always is here).
+        leftover = root / builder.NAME / TORCH_BUILD_LOCK
+        if leftover.exists():
+            logger.warning("Removing %s: left by a build of %s that died (every build here holds %s)",
+                           leftover, builder.NAME, guard.lock_file)
+            leftover.unlink(missing_ok=True)
+        return builder.load(verbose=False)
+
+
+def build_lock(root: Path, name: str) -> FileLock:
+    """The OS lock every gmts-lab build of extension ``name`` under ``root`` holds."""
+    return FileLock(str(root / f".{name}.gmts-lock"))
