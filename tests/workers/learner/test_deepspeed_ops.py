@@ -22,7 +22,6 @@ from workers.learner.deepspeed_ops import TORCH_BUILD_LOCK, extensions_dir
 
 OP = "deepspeed_shm_comm"
 LOADER = """
-import sys
 from workers.learner.deepspeed_ops import load_cpu_comm_op
 print("loaded" if load_cpu_comm_op() is not None else "no op", flush=True)
 """
@@ -59,9 +58,9 @@ def build_root(tmp_path, monkeypatch) -> Path:
     return root
 
 
-def _python(code: str, root: Path, *args: str) -> subprocess.Popen:
+def _python(code: str, root: Path) -> subprocess.Popen:
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(root), "DS_ACCELERATOR": "cpu", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-c", code, str(root), *args], env=env, text=True,
+    return subprocess.Popen([sys.executable, "-c", code, str(root)], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
