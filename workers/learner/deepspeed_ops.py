@@ -9,7 +9,8 @@ seen on one machine running ``make demo`` from one checkout beside the test suit
   learner start of either;
 - torch's build lock is a bare file (``torch.utils.file_baton.FileBaton``): a learner killed while building (a
   cancelled job, a test's teardown, Ctrl-C) leaves it, and every later learner start waits on it forever, silently.
-  A demo trial's learner hung 45 min in its constructor at load < 1.
+  That is how a demo trial's learner, most likely, hung 45 min in its constructor at load < 1 (the test suite
+  beside it kills learners on purpose).
 
 So the op builds in a folder of this venv's own (``<venv>/torch_extensions``; ``TORCH_EXTENSIONS_DIR`` when set),
 and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds

@@ -64,6 +64,7 @@ def _python(code: str, root: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
+@pytest.mark.slow  # two real processes and a 20 s wait: not for `make test-fast`
 def test_a_start_waits_for_a_live_build_and_goes_on_when_that_build_is_killed(build_root):
     dying = _python(DYING_BUILD, build_root)
     try:
