@@ -1,10 +1,12 @@
-"""Is the base policy on a plateau? Greedy accuracy of each tiny preset's warm-up at 90 %, 100 % and 110 % of its
-steps.
+"""Is the base policy on a plateau? Greedy accuracy of each tiny preset's warm-up at 90, 95, 100, 105 and 110 % of
+its steps.
 
 Every absolute number of a toy table moves with the base it starts from. A warm-up that sits on a learning
 transition turns a thread count's worth of floating-point difference into ten points of base accuracy (the old
 600-step base did). The preset's warm-up must be converged: its greedy test accuracy should change by
-≤ 2 points when the warm-up is 10 % shorter or longer. Each warm-up is the one a run would train
+≤ 2 points when the warm-up is up to 10 % shorter or longer. The ±5 % points are there because ±10 % alone
+can miss a base that jumps between them (cpu-tiny-s on an AMD EPYC host, 2026-12-03: 35.6 / 43.0 / 35.1 / 41.0 /
+38.1 % at 90 … 110 %, where 90 / 100 / 110 % alone spread 3.0 points). Each warm-up is the one a run would train
 (``orchestrator.base_policy.prepare_policy``, cached and checksummed). It is scored greedily with HF ``generate`` on the preset's
 test split, with the task's own verifier. A run's step-0 vLLM evaluation reports the same base under
 ``base/accuracy``.
@@ -17,7 +19,7 @@ from __future__ import annotations
 from benchmarks.report import BenchmarkResult, Figure
 
 PRESETS = ("cpu-tiny-s", "cpu-tiny-m")
-FACTORS = (0.9, 1.0, 1.1)
+FACTORS = (0.9, 0.95, 1.0, 1.05, 1.1)
 TOLERANCE_POINTS = 2.0
 TEST_SET = "arithmetic"
 
@@ -38,10 +40,10 @@ def run(smoke: bool) -> dict:
                                   f"{score['correct']}/{score['problems']}; sha256 {score['checksum'][:16]}"))
         if len(scores) > 1:
             spread = max(abs(s["accuracy"] - own) for s in scores.values()) * 100
-            figures.append(Figure(f"{preset}: largest change at ±10 % warm-up steps", round(spread, 2), "points",
+            figures.append(Figure(f"{preset}: largest change within ±10 % warm-up steps", round(spread, 2), "points",
                                   f"plateau (≤ {TOLERANCE_POINTS:g} points): {spread <= TOLERANCE_POINTS}"))
     return BenchmarkResult(
-        title="base policy: greedy test accuracy of each tiny preset's warm-up at ±10 % of its steps",
+        title="base policy: greedy test accuracy of each tiny preset's warm-up at 90–110 % of its steps",
         settings={"presets": list(presets), "factors": list(factors), "test_set": TEST_SET, "limit": limit,
                   "tolerance_points": TOLERANCE_POINTS, "decoding": "HF generate, greedy, the preset's max_new_tokens"},
         figures=figures, measurements=measurements,
