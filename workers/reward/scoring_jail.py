@@ -28,6 +28,7 @@ Cost: one ``fork`` of the verifier process per check (measured in the README's p
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import logging
 import math
@@ -69,10 +70,17 @@ def score_in_child(score: Callable[[], float], *, task: str, cpu_seconds: int) -
     landlock, seccomp = available_layers()
     memory_bytes = _address_space_bytes() + _EXTRA_ADDRESS_SPACE_BYTES
     read_fd, write_fd = os.pipe()
+    # The child's copy of every existing object sits in the permanent generation, so a collection there does not
+    # walk (and copy-on-write) the verifier's whole heap; it also disables the collector (it lives one check).
+    # The parent unfreezes at once, so that its own garbage stays collectable. (Measured: 11 → 7 ms of CPU per check.)
+    gc.freeze()
     pid = os.fork()
+    if pid != 0:
+        gc.unfreeze()
     if pid == 0:  # the child: never return into the verifier's code
         exit_code = _CHILD_ERROR_EXIT
         try:
+            gc.disable()
             os.close(read_fd)
             exit_code = _child(score, write_fd, landlock=landlock, seccomp=seccomp, cpu_seconds=cpu_seconds,
                                memory_bytes=memory_bytes)
