@@ -22,7 +22,7 @@ on the entry's gold answer in the verifier process, so its lazy imports and cach
 Module code run by an import is allowed (its code object comes from a file that Landlock keeps read-only);
 answer text cannot trigger an import without first executing, which is refused.
 
-Cost: one ``fork`` of the verifier process per check (measured in the README's process section).
+Cost: one ``fork`` of the verifier process (and its exit) per check.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def score_in_child(score: Callable[[], float], *, task: str, cpu_seconds: int) -
     read_fd, write_fd = os.pipe()
     # The child's copy of every existing object sits in the permanent generation, so a collection there does not
     # walk (and copy-on-write) the verifier's whole heap; it also disables the collector (it lives one check).
-    # The parent unfreezes at once, so that its own garbage stays collectable. (Measured: 11 → 7 ms of CPU per check.)
+    # The parent unfreezes at once, so that its own garbage stays collectable.
     gc.freeze()
     pid = os.fork()
     if pid != 0:
