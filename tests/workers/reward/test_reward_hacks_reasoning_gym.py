@@ -109,3 +109,20 @@ def test_a_payload_that_writes_a_file_or_opens_a_socket_scores_zero_and_leaves_n
     results = scorer.score([f"<answer>{_WRITE_FILE}</answer>", f"<answer>{_OPEN_SOCKET}</answer>"], [problem] * 2)
     assert [result.score for result in results] == [0.0, 0.0], results
     assert not os.path.exists(MARKER)
+
+
+def test_a_task_scored_by_its_own_eval_scorer_trips_fail_fast_instead_of_scoring(monkeypatch):
+    # Without our transcription, spiral_matrix's own scorer eval()s every non-matching answer: each check is a
+    # refusal (CheckError), and a batch of them stops the run naming the task, never a silent 0 or a 1.
+    from workers.reward import reasoning_gym_safe_scorers, reasoning_gym_verifier
+    from workers.reward.results import VerifierBroken
+    monkeypatch.delitem(reasoning_gym_safe_scorers.SAFE_SCORERS, "spiral_matrix")
+    reasoning_gym_verifier._score_answer_fn.cache_clear()
+    monkeypatch.setattr(reasoning_gym_verifier, "_warmed", set())
+    try:
+        problem = _rg_problem("spiral_matrix")
+        config = CONFIG.model_copy(update={"fail_fast_error_fraction": 0.95})
+        with RewardScorer(config) as own_scorer, pytest.raises(VerifierBroken, match="tried to execute the answer"):
+            own_scorer.score([f"<answer>{_PATCH_VIA_IMPORT}</answer>"] * 8, [problem] * 8)
+    finally:
+        reasoning_gym_verifier._score_answer_fn.cache_clear()
