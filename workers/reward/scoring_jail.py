@@ -33,8 +33,10 @@ import json
 import logging
 import math
 import os
+import select
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from workers.reward import sandbox_boot
@@ -44,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 _REPLY_LIMIT_BYTES = 4096
 _CHILD_ERROR_EXIT = 3
+_WALL_CLOCK_GRACE_S = 5.0
 # Address space the child may add to what the verifier process already maps: sympy's simplify on a
 # legitimate answer stays far below; a runaway computation hits MemoryError instead of the host's OOM killer.
 _EXTRA_ADDRESS_SPACE_BYTES = 2 << 30
@@ -87,11 +90,19 @@ def score_in_child(score: Callable[[], float], *, task: str, cpu_seconds: int) -
         finally:
             os._exit(exit_code)
     os.close(write_fd)
+    # A wall clock of our own too: a caller outside the verifier pool (benchmarks call verify_completion
+    # directly) has no hard deadline, and a child forked from a multi-threaded process can block on a lock
+    # another thread held at the fork, using no CPU.
+    wall_clock_s = 2 * cpu_seconds + _WALL_CLOCK_GRACE_S
     try:
-        reply = _read_all(read_fd)
+        reply = _read_all(read_fd, time.monotonic() + wall_clock_s)
     finally:
         os.close(read_fd)
+        if reply is None:
+            os.kill(pid, signal.SIGKILL)
         _, status = os.waitpid(pid, 0)
+    if reply is None:
+        raise CheckTimeout(f"timeout: reasoning-gym task {task!r}'s scorer ran past {wall_clock_s:g} s and was killed")
     return _verdict(reply, os.waitstatus_to_exitcode(status), task=task, cpu_seconds=cpu_seconds)
 
 
@@ -166,10 +177,14 @@ def _verdict(reply: bytes, exit_code: int, *, task: str, cpu_seconds: int) -> fl
                      "and no verdict")
 
 
-def _read_all(fd: int) -> bytes:
+def _read_all(fd: int, deadline: float) -> bytes | None:
+    """Everything the child writes until it closes the pipe (it exits), or None at ``deadline``."""
     chunks = []
     size = 0
     while size <= _REPLY_LIMIT_BYTES:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return None
         chunk = os.read(fd, 65536)
         if not chunk:
             break

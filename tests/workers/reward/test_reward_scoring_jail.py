@@ -85,3 +85,19 @@ def test_the_child_runs_under_the_sandbox_s_kernel_layers():
 def test_a_scorer_exception_is_a_check_error_naming_the_task():
     with pytest.raises(CheckError, match="'demo'.s scorer failed: ZeroDivisionError"):
         _jailed(lambda: 1 / 0)
+
+
+def test_a_child_that_blocks_without_using_cpu_is_killed_at_its_wall_clock():
+    import threading
+    import time
+
+    from workers.reward.results import CheckTimeout
+    lock = threading.Lock()
+    lock.acquire()  # held at the fork, never released in the child: it blocks using no CPU time
+    started = time.monotonic()
+    try:
+        with pytest.raises(CheckTimeout, match="killed"):
+            score_in_child(lambda: lock.acquire() and 1.0, task="demo", cpu_seconds=1)
+    finally:
+        lock.release()
+    assert time.monotonic() - started < 10
