@@ -396,5 +396,8 @@ SAFE_SCORERS: dict[str, ScoreFn] = {
     "bitwise_arithmetic": _bitwise_arithmetic,
     "number_sorting": _number_sorting,
 }
-# Tasks whose checks always error (found by the scan: none so far). Each value says why.
-REFUSED_TASKS: dict[str, str] = {}
+# Tasks whose checks always error, and why.
+REFUSED_TASKS: dict[str, str] = {
+    "composite": "it scores each entry with its sub-task's own scorer (eval-ing ones included, past our "
+                 "transcriptions) and cannot be built without its configuration; generate the sub-tasks instead",
+}

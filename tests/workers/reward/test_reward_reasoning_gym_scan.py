@@ -13,8 +13,7 @@ from workers.reward.results import CheckError
 from workers.reward.scoring_jail import score_in_child
 
 WRONG_ANSWERS = ["0", "[[1, 2], [3]]", "x + 1", "abc"]
-# Tasks that cannot be generated on their own (composite needs a list of datasets; it scores each entry with
-# the scorer of the entry's own task, which is one of the others).
+# Tasks that cannot be generated on their own (composite needs a list of datasets; it is refused).
 NOT_GENERATED = {"composite"}
 
 
@@ -35,4 +34,5 @@ def test_every_task_that_executes_text_has_a_safe_scorer_or_is_refused():
                     if "execute the answer text" in str(error):
                         executing.add(task)
     assert generated >= 90
-    assert executing == set(SAFE_SCORERS) | set(REFUSED_TASKS)
+    assert executing == set(SAFE_SCORERS)
+    assert set(REFUSED_TASKS) <= NOT_GENERATED | set(SAFE_SCORERS) | executing
