@@ -52,6 +52,7 @@ COMPARISONS = (("gmts-release", "ets-release"), ("gmts-release", "none"), ("ets-
 DEFAULT_SEEDS = (0, 1)
 DEFAULT_BUDGET_S = 480.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+SHOWN_ANSWERS = 16  # held-out problems whose answers each run records (base and trained)
 # --smoke: the preset at the smallest batch of its CI test (tests/orchestrator/test_train_smollm2.py).
 SMOKE_OVERRIDES = ("data.prompts_per_step=2", "rollout.n_samples=4", "rollout.max_new_tokens=16",
                    "learner.mini_batch_size=8", "learner.micro_batch_size=8", f"data.eval.{TEST_SET}.limit=8")
@@ -68,6 +69,7 @@ def run_grid(seeds: list[int], journal: RunJournal | None, *, budget_s: float | 
     from benchmarks.ray_session import start_local_ray
 
     records: list[dict] = []
+    test_problems = _load_test_problems(extra)
     started_ray = False
     try:
         for index, seed in enumerate(seeds):
@@ -83,7 +85,7 @@ def run_grid(seeds: list[int], journal: RunJournal | None, *, budget_s: float | 
                         started_ray = True
                     run = run_loop(PRESET, overrides, steps) if steps is not None else \
                         run_loop_for_seconds(PRESET, overrides, budget_s, max_steps)
-                    record = _record(arm.name, seed, run)
+                    record = _record(arm.name, seed, run, test_problems)
                     if journal:
                         journal.add(key, record)
                 records.append(record)
@@ -95,9 +97,25 @@ def run_grid(seeds: list[int], journal: RunJournal | None, *, budget_s: float | 
     return records
 
 
-def _record(arm: str, seed: int, run: LoopRun) -> dict:
+def sampled_answers(run: LoopRun, problems: list, shown: int = SHOWN_ANSWERS) -> list[dict]:
+    """The first ``shown`` held-out problems with the base's and the trained policy's greedy answers and the reward
+    each earned, so a reader sees what an accuracy is made of (the same problems in every run)."""
+    from workers.reward.math_verifier import verify_math
+
+    rows = []
+    for index, problem in enumerate(problems[:shown]):
+        row = {"problem": problem.id, "question": problem.prompt, "reference": problem.answer}
+        for when, answers in (("base", run.base_answers), ("trained", run.final_answers)):
+            completion = answers.get(TEST_SET, [None] * shown)[index]
+            row[when] = completion
+            row[f"{when}_reward"] = None if completion is None else verify_math(completion, problem)
+        rows.append(row)
+    return rows
+
+
+def _record(arm: str, seed: int, run: LoopRun, problems: list) -> dict:
     steps = run.history
-    return {"arm": arm, "seed": seed, "steps": len(steps), "rl_seconds": run.rl_seconds,
+    return {"samples": sampled_answers(run, problems),"arm": arm, "seed": seed, "steps": len(steps), "rl_seconds": run.rl_seconds,
             "wall_seconds": run.wall_seconds, "budget_reached": run.budget_reached,
             "median_step_seconds": run.median("time/step"),
             "accuracy": run.final_metrics[TEST_METRIC], "response_length": run.final_metrics.get(LENGTH_METRIC),
@@ -153,11 +171,11 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
         settings=settings, figures=figures, measurements={"runs": records}).as_dict()
 
 
-def _test_problems(extra: tuple[str, ...]) -> int:
+def _load_test_problems(extra: tuple[str, ...]) -> list:
     from orchestrator.config_loader import load_experiment
     from orchestrator.data import load_dataset
 
-    return len(load_dataset(load_experiment(PRESET, list(extra)).data.eval[TEST_SET]))
+    return load_dataset(load_experiment(PRESET, list(extra)).data.eval[TEST_SET])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 "interval": "Student-t 95 % over seeds (sweeps.statistics); per run, binomial 95 % over problems"}
     report = {"date": started.strftime("%Y-%m-%d %H:%M UTC"), "smoke": args.smoke, "machine": machine_info(),
               "versions": versions(),
-              "benchmarks": {"real_model": {"status": "ok", "result": table(records, _test_problems(extra), settings),
+              "benchmarks": {"real_model": {"status": "ok", "result": table(records, len(_load_test_problems(extra)), settings),
                                             "wall_seconds": (datetime.now(UTC) - started).total_seconds()}}}
     stem = started.strftime("%Y%m%d-%H%M%S") + "-real-model" + ("-smoke" if args.smoke else "")
     json_path, md_path = write_report(report, args.out, stem)

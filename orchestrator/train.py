@@ -89,6 +89,9 @@ class TrainResult:
     final_metrics: dict[str, float]
     run_dir: Path
     history: list[dict[str, float]] = field(default_factory=list)
+    # Per eval set, each problem's completion (greedy, or the first sample) at step 0 and after the last step.
+    base_answers: dict[str, list[str]] = field(default_factory=dict)
+    final_answers: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -209,17 +212,21 @@ def train(
 
         base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
 
+        answers: dict[str, dict[str, list[str]]] = {}  # "base" / "last": the answers of that evaluation
+
         def run_eval(when: str, timed: bool = False) -> dict[str, float]:
             with phase(f"evaluating {when} on {', '.join(eval_sets) or 'no eval set'}", timed=timed):
-                return evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
-                                config.evaluation, base, workers.learners)[0]
+                metrics, answers["last"] = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
+                                                    config.data.prompt_template, config.evaluation, base,
+                                                    workers.learners)
+                return metrics
 
         start_step, next_group_id = 0, 0
         if restored:
             start_step, next_group_id, base = _restore(restored, config, workers, sampler)
         else:
             with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
-                initial, base = _evaluate_base(config, workers, eval_sets, tokenizer)
+                initial, base, answers["base"] = _evaluate_base(config, workers, eval_sets, tokenizer)
             tracker.log_step(0, initial)
             if board is not None:
                 board.update(config.name, phase.who, config.training.steps, 0, initial)
@@ -261,8 +268,8 @@ def train(
             sample = batch.select(torch.arange(min(DIAGNOSTIC_ANSWERS, batch.batch_size)))
             tracker.log_json({"answers": workers.learners.token_statistics(sample)}, "diagnostics/token_stats.json")
         status = "FINISHED"
-        return TrainResult(run_id=tracker.run_id, steps=last_step, final_metrics=final,
-                           run_dir=run_dir, history=history)
+        return TrainResult(run_id=tracker.run_id, steps=last_step, final_metrics=final, run_dir=run_dir,
+                           history=history, base_answers=answers.get("base", {}), final_answers=answers["last"])
     finally:
         if board is not None:
             board.close()
@@ -288,8 +295,8 @@ def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Wo
 
 
 def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict, tokenizer
-                   ) -> tuple[dict[str, float], BaseReference | None]:
-    """Step 0: the base policy's metrics, and its answers recorded for the later comparisons with it."""
+                   ) -> tuple[dict[str, float], BaseReference | None, dict[str, list[str]]]:
+    """Step 0: the base policy's metrics and answers, which are also recorded for later comparisons with it."""
     initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
                                 config.evaluation)
     base = None
@@ -298,7 +305,7 @@ def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict,
                               config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
         base.save(config.run_dir / BASE_REFERENCE_FILE)
     initial.update(base_metrics(initial))
-    return initial, base
+    return initial, base, answers
 
 
 def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, tokenizer,

@@ -5,7 +5,8 @@ Equation prompts and answers use only ``0123456789+-*=``, the characters the tin
 Question prompts are scored in the ``math`` domain (the completion's final answer, see
 ``workers/reward/math_verifier.py``): a chat model restates the question ("23 + 45 = 68"), so the leading
 integer would be the question's. There, a problem whose answer equals one of its operands is left out: a
-completion that merely restates "0 + 7" would otherwise end with the right number.
+completion that merely restates "0 + 7" would otherwise end with the right number (and the verifier refuses
+"7 * 8" as an answer: it pays only for a stated value).
 Which split a problem belongs to depends on its operands alone (a hash), never on the seed: every seed's
 training set is disjoint from every seed's validation and test sets, and those two from each other. For ``+`` and ``*`` the hash ignores operand order,
 so ``23+45`` and ``45+23`` are always on the same side and the test set measures more than commutativity.

@@ -22,10 +22,11 @@ def _math(answer: str) -> Problem:
         ("Adding them gives 58 apples in total", "58"),  # last number
         ("\\boxed{58} (I double-checked: 57 was wrong)", "58"),  # \boxed beats later numbers
         ("\\boxed{0.5}", "\\frac{1}{2}"),  # fractions compare symbolically
-        ("So the answer is $\\frac{2}{4}$", "\\frac{1}{2}"),
+        ("So the answer is $\\frac{1}{2}$", "\\frac{1}{2}"),
         ("x = 1/2", "\\frac{1}{2}"),
         ("so d = 3\\sqrt{2}.", "3\\sqrt{2}"),  # bare LaTeX after '='
-        ("\\boxed{\\sqrt{18}}", "3\\sqrt{2}"),
+        ("\\boxed{\\sqrt{2} \\cdot 3}", "3\\sqrt{2}"),
+        ("$\\frac{1+\\sqrt{5}}{2}$", "\\frac{1+\\sqrt{5}}{2}"),  # a last line that is one formula
         ("She pays 1,000 dollars", "1000"),
         ("it drops to -7 degrees", "-7"),
         ("\\boxed{\\frac{\\pi}{2}}", "$\\frac{\\pi}{2}$"),  # reference already in $…$
@@ -47,6 +48,10 @@ def test_correct_final_answers_score_one(completion, answer):
         ("no idea", "58"),
         ("\\boxed{0.4}", "\\frac{1}{2}"),
         ("\\boxed{58", "58"),  # a truncated box commits to nothing (a box decides alone)
+        # Not stated values (stated_value.RULES): the verifier would do the arithmetic.
+        ("So the answer is $\\frac{2}{4}$", "\\frac{1}{2}"),
+        ("\\boxed{\\sqrt{18}}", "3\\sqrt{2}"),
+        ("\\boxed{9^{9^{9^{9}}}}", "5"),
     ],
 )
 def test_wrong_or_missing_answers_score_zero(completion, answer):
@@ -66,7 +71,9 @@ def test_unparsable_reference_is_an_error_not_a_zero():
 def test_pathological_answer_times_out_within_the_limit():
     started = time.monotonic()
     with pytest.raises(CheckTimeout, match="1 s limit"):
-        verify_math("\\boxed{9^{9^{9^{9}}}}", _math("5"), timeout_s=1)
+        # Against an expression reference the tower reaches math-verify's comparison (a value reference refuses it
+        # before: not a stated value).
+        verify_math("\\boxed{9^{9^{9^{9}}}}", _math("x + 5"), timeout_s=1)
     assert time.monotonic() - started < 2.5
 
 
