@@ -12,7 +12,10 @@ from workers.reward import reasoning_gym_verifier
 from workers.reward.reasoning_gym_safe_scorers import SAFE_SCORERS, UnsafeAnswer, literal_value, sympy_value
 
 N_ENTRIES = 50
-SLOW_TASKS = {"simple_integration", "intermediate_integration"}  # sympy.simplify: ~10 s per 50 entries each
+# sympy.simplify on every near miss: intermediate_integration's scorer takes seconds per entry, so it is
+# compared on fewer entries (each still with every near miss).
+ENTRIES_PER_TASK = {"intermediate_integration": 10}
+SLOW_TASKS = {"simple_integration", "intermediate_integration"}
 PAYLOADS = [
     "__import__('sys').modules['workers.reward.reasoning_gym_verifier'].__dict__.update({'_FULL_MARKS': -1.0})",
     "().__class__.__base__.__subclasses__()[-1].__init__.__globals__['__builtins__']['__import__']('os')"
@@ -45,14 +48,15 @@ def test_the_transcription_scores_like_the_task_s_own_scorer(task):
     own = reasoning_gym.get_score_answer_fn(task)
     safe = SAFE_SCORERS[task]
     compared = 0
-    for entry in reasoning_gym.create_dataset(task, size=N_ENTRIES, seed=23):
+    entries = ENTRIES_PER_TASK.get(task, N_ENTRIES)
+    for entry in reasoning_gym.create_dataset(task, size=entries, seed=23):
         gold = str(entry["answer"])
         for answer in _near_misses(task, gold):
             if task == "intermediate_integration" and "Integral" in (answer or ""):
                 continue  # deliberately refused (the module's docstring): restating the question pays nothing
             assert safe(own.__self__, answer, entry) == own(answer=answer, entry=entry), (task, answer, entry)
             compared += 1
-    assert compared >= N_ENTRIES * 10
+    assert compared >= entries * 10
 
 
 def test_the_gold_answers_get_full_marks():
