@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 
 from workers.problem import Problem
 from workers.reward.arithmetic_verifier import verify_arithmetic
@@ -39,7 +40,8 @@ def verify_completion(completion: str, problem: Problem, config: RewardConfig) -
         case "arithmetic":
             return verify_arithmetic(completion, problem)
         case "reasoning_gym":
-            return verify_reasoning_gym(completion, problem, partial_credit=config.reasoning_gym_partial_credit)
+            return verify_reasoning_gym(completion, problem, partial_credit=config.reasoning_gym_partial_credit,
+                                        cpu_seconds=max(1, math.ceil(config.check_timeout_s)))
     raise ValueError(f"problem {problem.id}: no verifier for domain {problem.domain!r}")
 
 

@@ -78,6 +78,7 @@ _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 0x1, 0x2, 0x4
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _MNT_DETACH = 2
+_PR_SET_PDEATHSIG = 1
 _PR_CAPBSET_DROP = 24
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
@@ -542,7 +543,8 @@ class _LandlockPathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def _apply_landlock(workdir: str, isolate_network: bool) -> None:
+def _apply_landlock(workdir: str | None, isolate_network: bool) -> None:
+    """Writes only beneath ``workdir`` (nowhere when None) and to /dev/null; no TCP; scoped signals."""
     abi = landlock_abi()
     if abi < 1:
         raise SetupFailed("Landlock requested but the kernel does not provide it")
@@ -559,7 +561,8 @@ def _apply_landlock(workdir: str, isolate_network: bool) -> None:
     try:
         ruleset = _syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size),
                            ctypes.c_uint32(0))
-        _allow_beneath(ruleset, workdir, write_rights)
+        if workdir is not None:
+            _allow_beneath(ruleset, workdir, write_rights)
         # Programs open /dev/null for writing (subprocess.DEVNULL, logging sinks); it stores nothing.
         _allow_beneath(ruleset, "/dev/null", _LL_WRITE_FILE | (_LL_TRUNCATE if abi >= 3 else 0))
         _syscall(_SYS_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
@@ -651,6 +654,35 @@ def _lock_down(spec: BootSpec, workdir: str, tasks_already_charged: int) -> None
         _apply_seccomp(spec.isolate_network)
     _apply_resource_limits(spec, tasks_already_charged)
     os.chdir(workdir)
+
+
+def lock_down_scoring_process(*, landlock: bool, seccomp: bool, cpu_seconds: int, memory_bytes: int) -> None:
+    """The sandbox's stages for a process forked to score one untrusted answer in the verifier's interpreter
+    (``workers.reward.scoring_jail``): no new privileges, Landlock with no writable path, no TCP and
+    scoped signals, the seccomp filter with every socket family denied, resource limits (no file may
+    grow, no core dumps), and no capabilities. Raises ``SetupFailed`` if a requested layer fails.
+
+    The uid stays what it was: the verifier's interpreter may sit under a 0700 /root, and a scorer
+    imports modules lazily (sympy does, deep inside ``simplify``); as uid 0 without capabilities the
+    process can still read them, while Landlock (writes, signals, ptrace) and seccomp (sockets) take
+    away what uid 0 could otherwise do to the host or to its parent.
+    """
+    _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    if landlock:
+        _apply_landlock(None, isolate_network=True)
+    if seccomp:
+        _apply_seccomp(isolate_network=True)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_MAX_OPEN_FILES, _MAX_OPEN_FILES))
+    _drop_capabilities()
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the thread that forked it ends (PR_SET_PDEATHSIG)."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class _CapHeader(ctypes.Structure):

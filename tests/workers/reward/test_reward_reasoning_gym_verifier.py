@@ -43,3 +43,10 @@ def test_missing_metadata_and_unknown_task_are_errors(entry):
                       metadata={"dataset": "no_such_task", "entry": entry})
     with pytest.raises(CheckError, match="no_such_task"):
         verify_reasoning_gym("<answer>1</answer>", unknown)
+
+
+def test_a_refused_task_is_an_error_naming_why(entry):
+    composite = Problem(id="rg-4", prompt="q", answer="1", domain="reasoning_gym",
+                        metadata={"dataset": "composite", "entry": entry})
+    with pytest.raises(CheckError, match="'composite' is refused"):
+        verify_reasoning_gym("<answer>1</answer>", composite)
