@@ -104,3 +104,14 @@ def test_an_honest_candidate_built_on_iterators_passes_every_shape(shape):
 @pytest.mark.parametrize("shape", sorted(CHECK_SHAPES))
 def test_a_candidate_that_ends_the_checks_iteration_fails(shape, candidate):
     assert verify_code(STOPPING_CANDIDATES[candidate], _problem(CHECK_SHAPES[shape]), sandbox=SANDBOX) == 0.0
+
+
+def test_a_stop_iteration_comes_back_as_a_failure_a_test_cannot_mistake_for_the_end_of_its_loop():
+    # What the trusted side sees: neither StopIteration nor StopAsyncIteration, so a test's own
+    # ``except StopIteration`` cannot catch it either — the price of the rule (as PEP 479's in generators):
+    # no test can tell its own iteration's end from the candidate's.
+    expecting = "try:\n        candidate(3)\n    except StopIteration:\n        return\n    raise AssertionError"
+    candidate = STOPPING_CANDIDATES["raise StopIteration past 2"]
+    assert verify_code(candidate, _problem(expecting), sandbox=SANDBOX) == 0.0
+    catching_all = "try:\n        candidate(3)\n    except Exception as error:\n        assert 'StopIteration' in str(error)"
+    assert verify_code(candidate, _problem(catching_all), sandbox=SANDBOX) == 1.0
