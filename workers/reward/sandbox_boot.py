@@ -36,7 +36,8 @@ The kernel exempts only *real* uid 0 (host) from RLIMIT_NPROC; the program's rea
 Without namespaces (two processes): the boot process becomes a *supervisor*
 (``PR_SET_CHILD_SUBREAPER``: every orphan of the program is re-parented to it, ``setsid`` or not);
 it forks the program, which locks itself down (Landlock, seccomp, limits) and, if the scorer is
-root, becomes ``nobody`` for good. The supervisor enforces the wall clock itself and, once the
+root, becomes ``nobody`` for good, after importing the standard modules the program names (those of
+a program held in one of its string literals included: the code verifier's candidate). The supervisor enforces the wall clock itself and, once the
 program has ended, kills every descendant until none is left. It runs no untrusted code.
 """
 
