@@ -203,7 +203,7 @@ _ITERATION_ENDING = frozenset({"StopIteration", "StopAsyncIteration"})
 
 def _rebuilt_exception(type_name: str, message: str) -> Exception:
     """A builtin exception of that name (so a test may expect ``ValueError``), else ``CandidateRaised``;
-    always ``CandidateRaised`` for an exception that would end the test's iteration (``_ITERATION_ENDING``)."""
+    always ``CandidateRaised`` for one that would end the test's iteration (``_ITERATION_ENDING``)."""
     exception_type = getattr(builtins, type_name, None)
     if type_name in _ITERATION_ENDING:
         exception_type = None

@@ -37,8 +37,9 @@ Without namespaces (two processes): the boot process becomes a *supervisor*
 (``PR_SET_CHILD_SUBREAPER``: every orphan of the program is re-parented to it, ``setsid`` or not);
 it forks the program, which locks itself down (Landlock, seccomp, limits) and, if the scorer is
 root, becomes ``nobody`` for good, after importing the standard modules the program names (those of
-a program held in one of its string literals included: the code verifier's candidate). The supervisor enforces the wall clock itself and, once the
-program has ended, kills every descendant until none is left. It runs no untrusted code.
+a program held in one of its string literals included: the code verifier's candidate). The
+supervisor enforces the wall clock itself and, once the program has ended, kills every descendant
+until none is left. It runs no untrusted code.
 """
 
 from __future__ import annotations
@@ -474,8 +475,8 @@ def _unprivileged_program(spec: BootSpec, source: str, running_as_root: bool, re
 # Standard modules never imported as root, although a program may name them: importing them does
 # something (opens a browser, prints, starts IDLE or the regression test suite, writes lib2to3's grammar
 # cache into the standard library, installs pip) — as root, before the program is locked down.
-_NOT_PREIMPORTED = frozenset({"antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo", "test",
-                              "lib2to3", "ensurepip", "venv"})
+_NOT_PREIMPORTED = frozenset({"antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo",
+                              "test", "lib2to3", "ensurepip", "venv"})
 # Submodule names that are scripts or test suites: ``import unittest.__main__`` runs unittest's main.
 _NOT_PREIMPORTED_PARTS = frozenset({"__main__", "test", "tests", "idle_test"})
 # Programs carried as string literals inside string literals, at most this deep (the code verifier's

@@ -7,8 +7,8 @@ use the *tests'* own control flow.
 StopIteration: a check written as ``all(map(candidate, xs))`` iterates a ``map`` whose next item calls the
 candidate. A StopIteration raised by that call is, to ``map``, the end of its input: ``all`` sees a shorter
 (or empty) sequence and returns True. A candidate that solves the easy inputs and raises StopIteration on the
-first hard one — or on every one — would pass. (A generator expression is safe: PEP 479 turns a StopIteration
-inside a generator into RuntimeError; ``map``, ``filter`` and ``zip`` have no such rule.)
+first hard one — or on every one — would pass. (A generator expression is safe: PEP 479 turns a
+StopIteration inside a generator into RuntimeError; ``map``, ``filter`` and ``zip`` have no such rule.)
 """
 
 from __future__ import annotations
@@ -55,9 +55,11 @@ CHECK_SHAPES = {
 # Each solves x <= 2 and gives up on the rest (or on everything) by raising what ends an iteration.
 STOPPING_CANDIDATES = {
     "raise StopIteration past 2": "def f(x):\n    if x > 2:\n        raise StopIteration\n    return x * x\n",
-    "next() on an exhausted iterator": "def f(x):\n    if x > 2:\n        return next(iter(()))\n    return x * x\n",
+    "next() on an exhausted iterator":
+        "def f(x):\n    if x > 2:\n        return next(iter(()))\n    return x * x\n",
     "raise StopIteration always": "def f(x):\n    raise StopIteration('give up')\n",
-    "raise StopAsyncIteration past 2": "def f(x):\n    if x > 2:\n        raise StopAsyncIteration\n    return x * x\n",
+    "raise StopAsyncIteration past 2":
+        "def f(x):\n    if x > 2:\n        raise StopAsyncIteration\n    return x * x\n",
 }
 
 # Honest, and built from iterators: next() with a default, a generator function, a class with __next__
@@ -110,8 +112,10 @@ def test_a_stop_iteration_comes_back_as_a_failure_a_test_cannot_mistake_for_the_
     # What the trusted side sees: neither StopIteration nor StopAsyncIteration, so a test's own
     # ``except StopIteration`` cannot catch it either — the price of the rule (as PEP 479's in generators):
     # no test can tell its own iteration's end from the candidate's.
-    expecting = "try:\n        candidate(3)\n    except StopIteration:\n        return\n    raise AssertionError"
+    expecting = ("try:\n        candidate(3)\n    except StopIteration:\n        return\n"
+                 "    raise AssertionError")
     candidate = STOPPING_CANDIDATES["raise StopIteration past 2"]
     assert verify_code(candidate, _problem(expecting), sandbox=SANDBOX) == 0.0
-    catching_all = "try:\n        candidate(3)\n    except Exception as error:\n        assert 'StopIteration' in str(error)"
+    catching_all = ("try:\n        candidate(3)\n    except Exception as error:\n"
+                    "        assert 'StopIteration' in str(error)")
     assert verify_code(candidate, _problem(catching_all), sandbox=SANDBOX) == 1.0
