@@ -8,7 +8,10 @@ a genuine builtin, arguments are copies, and nothing the program does in its own
 early, print, patch ``sys.exit``/``builtins``/``assert``, register ``atexit`` hooks, return an object
 equal to everything — reaches the tests. Score 1 if ``check`` returns, else 0: an assertion fails,
 the candidate raises, dies, returns something that is not plain data, or breaks the protocol.
-A candidate that runs past the sandbox's wall clock is a ``CheckTimeout``.
+An exception escaping the candidate is a failure wherever the test calls it: a StopIteration (or
+StopAsyncIteration) comes back as ``CandidateRaised``, never as itself, so it cannot end a test's
+``all(map(candidate, xs))`` early and pass it. A candidate that runs past the sandbox's wall clock is a
+``CheckTimeout``.
 
 What counts as the completion's program:
 - the last fenced block (```python … ```) that defines ``entry_point``, else the first fenced block,
@@ -123,7 +126,7 @@ class _BoundaryFailure(BaseException):
 
 
 class CandidateRaised(Exception):
-    """The candidate raised an exception that is not a plain builtin one."""
+    """The candidate raised an exception that is not a plain builtin one, or a StopIteration (below)."""
 
 
 class CandidateProxy:
@@ -188,9 +191,22 @@ class CandidateProxy:
             raise TimeoutError
 
 
+# Exceptions that, raised inside an iteration, end it instead of propagating: from a call in
+# ``all(map(candidate, xs))`` a StopIteration tells ``map`` its input is exhausted, and ``all`` of the
+# shortened sequence is True. PEP 479 turns them into RuntimeError inside generators (a generator
+# expression in a test is safe); ``map``, ``filter``, ``zip`` and a test's own ``__next__``/``__anext__``
+# have no such rule, so they never come back under their own type. Only the entry point's calls cross
+# the boundary, so this one place covers every function and class of the candidate's program, whose own
+# iterators (``__next__``, generators, ``next(it, default)``) work as usual inside the sandbox.
+_ITERATION_ENDING = frozenset({"StopIteration", "StopAsyncIteration"})
+
+
 def _rebuilt_exception(type_name: str, message: str) -> Exception:
-    """A builtin exception of that name (so a test may expect ``ValueError``), else ``CandidateRaised``."""
+    """A builtin exception of that name (so a test may expect ``ValueError``), else ``CandidateRaised``;
+    always ``CandidateRaised`` for one that would end the test's iteration (``_ITERATION_ENDING``)."""
     exception_type = getattr(builtins, type_name, None)
+    if type_name in _ITERATION_ENDING:
+        exception_type = None
     if isinstance(exception_type, type) and issubclass(exception_type, Exception):
         try:
             return exception_type(message)

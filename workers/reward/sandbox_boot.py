@@ -36,8 +36,10 @@ The kernel exempts only *real* uid 0 (host) from RLIMIT_NPROC; the program's rea
 Without namespaces (two processes): the boot process becomes a *supervisor*
 (``PR_SET_CHILD_SUBREAPER``: every orphan of the program is re-parented to it, ``setsid`` or not);
 it forks the program, which locks itself down (Landlock, seccomp, limits) and, if the scorer is
-root, becomes ``nobody`` for good. The supervisor enforces the wall clock itself and, once the
-program has ended, kills every descendant until none is left. It runs no untrusted code.
+root, becomes ``nobody`` for good, after importing the standard modules the program names (those of
+a program held in one of its string literals included: the code verifier's candidate). The
+supervisor enforces the wall clock itself and, once the program has ended, kills every descendant
+until none is left. It runs no untrusted code.
 """
 
 from __future__ import annotations
@@ -470,14 +472,39 @@ def _unprivileged_program(spec: BootSpec, source: str, running_as_root: bool, re
     return _exec_program(spec, source, spec.workdir, exposed=False)
 
 
+# Standard modules never imported as root, although a program may name them: importing them does
+# something (opens a browser, prints, starts IDLE or the regression test suite, writes lib2to3's grammar
+# cache into the standard library, installs pip) — as root, before the program is locked down.
+_NOT_PREIMPORTED = frozenset({"antigravity", "this", "__hello__", "__phello__", "idlelib", "turtledemo",
+                              "test", "lib2to3", "ensurepip", "venv"})
+# Submodule names that are scripts or test suites: ``import unittest.__main__`` runs unittest's main.
+_NOT_PREIMPORTED_PARTS = frozenset({"__main__", "test", "tests", "idle_test"})
+# Programs carried as string literals inside string literals, at most this deep (the code verifier's
+# program holds the candidate's as one literal).
+_NESTED_PROGRAM_DEPTH = 2
+
+
 def _preimport_standard_modules(source: str) -> None:
     """Import the standard modules the program names (as the scorer, before becoming nobody): the
     base interpreter may live under a directory nobody cannot read (a 0700 /root). Only names from
     ``sys.stdlib_module_names``: importing a package the program names would run its code as root."""
+    for name in sorted(standard_modules_named(source)):
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - a submodule name that is really an attribute, or a missing module
+            pass
+
+
+def standard_modules_named(source: str, depth: int = 0) -> set[str]:
+    """Standard-library modules (and ``module.name`` pairs that may be submodules) that ``source``
+    imports, or that a program in one of its string literals imports: the code verifier's sandboxed
+    program is the boundary's code plus ``run_server_main(..., "<the candidate's program>", ...)``,
+    and its ``from typing import List`` is what the program needs once it is nobody. Names a program
+    could import as root to harm the host (``_NOT_PREIMPORTED``) are left out."""
     try:
         tree = ast.parse(source)
-    except SyntaxError:
-        return
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # prose, NUL bytes, absurd nesting
+        return set()
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -485,12 +512,15 @@ def _preimport_standard_modules(source: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
             names.update(f"{node.module}.{alias.name}" for alias in node.names)
-    for name in sorted(names):
-        if name.split(".")[0] in sys.stdlib_module_names and name.split(".")[0] not in {"antigravity", "this"}:
-            try:
-                __import__(name)
-            except Exception:  # noqa: BLE001 - a submodule name that is really an attribute, or a missing module
-                pass
+        elif isinstance(node, ast.Constant) and type(node.value) is str and depth < _NESTED_PROGRAM_DEPTH:
+            names.update(standard_modules_named(node.value, depth + 1))
+    return {name for name in names if _may_preimport(name)}
+
+
+def _may_preimport(name: str) -> bool:
+    parts = name.split(".")
+    return (parts[0] in sys.stdlib_module_names and parts[0] not in _NOT_PREIMPORTED
+            and not _NOT_PREIMPORTED_PARTS.intersection(parts[1:]))
 
 
 def _tasks_of_real_uid(uid: int) -> int:

