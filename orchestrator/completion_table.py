@@ -10,9 +10,13 @@ many evaluations follow (``orchestrator.tracking.log_table``).
 
 from __future__ import annotations
 
-from orchestrator.evaluation import Evaluation
+from typing import TYPE_CHECKING
+
 from workers.problem import Problem
 from workers.reward.shown_answer import shown_answer
+
+if TYPE_CHECKING:  # the sweep report reads this module's names without torch, which evaluation imports
+    from orchestrator.evaluation import Evaluation
 
 COLUMNS = ("step", "set", "index", "problem_id", "prompt", "completion", "answer", "reference", "reward")
 FOLDER = "completions"
