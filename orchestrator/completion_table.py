@@ -18,7 +18,9 @@ from workers.reward.shown_answer import shown_answer
 if TYPE_CHECKING:  # the sweep report reads this module's names without torch, which evaluation imports
     from orchestrator.evaluation import Evaluation
 
-COLUMNS = ("step", "set", "index", "problem_id", "prompt", "completion", "answer", "reference", "reward")
+# What a reader compares first comes first: the UI's table view shows about four columns before it scrolls,
+# and answer, reference and reward tell at a glance whether a gain is real.
+COLUMNS = ("answer", "reference", "reward", "completion", "prompt", "problem_id", "index", "step", "set")
 FOLDER = "completions"
 
 
@@ -35,8 +37,8 @@ def completion_rows(step: int, eval_set: str, problems: list[Problem], completio
     if len(completions) < count or len(rewards) < count:
         raise ValueError(f"{eval_set}: {len(completions)} completions and {len(rewards)} rewards for the first "
                          f"{count} problems")
-    return [[step, eval_set, index, problem.id, problem.prompt, completion, shown_answer(completion, problem),
-             problem.answer, float(reward)]
+    return [[shown_answer(completion, problem), problem.answer, float(reward), completion, problem.prompt, problem.id,
+             index, step, eval_set]
             for index, (problem, completion, reward) in enumerate(zip(problems[:count], completions, rewards))]
 
 

@@ -75,8 +75,10 @@ def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str,
     client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
     client.set_tag(run_id, "base/checksum", "sha-of-the-one-base")
     for step in (0, FINAL_STEP):  # what the model says, as orchestrator.train logs it at each evaluation
-        row = [step, "arithmetic", 0, "add-0", "1+1=", f"{step}<eos>", str(step), "2", float(step == 2)]
-        log_table(client, run_id, artifact_file("arithmetic", step), COLUMNS, [row], pinned=step == 0)
+        row = {"prompt": "1+1=", "completion": f"{step}<eos>", "answer": str(step), "reference": "2",
+               "reward": float(step == 2), "problem_id": "add-0", "index": 0, "step": step, "set": "arithmetic"}
+        log_table(client, run_id, artifact_file("arithmetic", step), COLUMNS, [[row[c] for c in COLUMNS]],
+                  pinned=step == 0)
     client.set_terminated(run_id, status=status)
     return run_id
 
