@@ -17,6 +17,7 @@ from workers.reward.shown_answer import shown_answer
 
 if TYPE_CHECKING:  # the sweep report reads this module's names without torch, which evaluation imports
     from orchestrator.evaluation import Evaluation
+    from orchestrator.tracking import RunTracker
 
 # What a reader compares first comes first: the UI's table view shows about four columns before it scrolls,
 # and answer, reference and reward tell at a glance whether a gain is real.
@@ -42,7 +43,7 @@ def completion_rows(step: int, eval_set: str, problems: list[Problem], completio
             for index, (problem, completion, reward) in enumerate(zip(problems[:count], completions, rewards))]
 
 
-def log_completion_tables(tracker, step: int, eval_sets: dict[str, list[Problem]], evaluation: Evaluation,
+def log_completion_tables(tracker: RunTracker, step: int, eval_sets: dict[str, list[Problem]], evaluation: Evaluation,
                           shown: int) -> None:
     """Log the table of each eval set on ``tracker``'s run (a ``RunTracker``: the process that owns the run)."""
     if shown <= 0:

@@ -9,7 +9,8 @@ graded one:
 - arithmetic: the leading integer ``stated_integer`` compares;
 - reasoning_gym: the answer ``submitted_answer`` hands the task's scorer;
 - code: the end of the program the sandbox runs (``program_under_test``): a program has no one-line answer.
-An echo of the question is removed first, as every verifier does. No answer reads as ``""``.
+An echo of the question is removed first, as every verifier does. No answer reads as ``""``. Only the
+verifiers' text extraction runs here: nothing of the completion is parsed into a value, evaluated or run.
 """
 
 from __future__ import annotations
