@@ -1,5 +1,6 @@
-"""What the model says: at every evaluation, a table of the first ``evaluation.shown_completions`` problems of each
-eval set with the policy's completion, the final answer the verifier read from it, the reference and the reward.
+"""What the model says: at every evaluation, a table of the first ``evaluation.shown_completions`` problems of
+each eval set with the policy's completion, the final answer the verifier read from it, the reference and the
+reward.
 
 The same problems at every evaluation (the first ones of the held-out set, by index; the base's step 0
 included), so a reader follows one question from the base to the trained policy. With k samples per problem
@@ -36,19 +37,21 @@ def completion_rows(step: int, eval_set: str, problems: list[Problem], completio
     rewards are the first entries of ``completions`` and ``rewards`` (one per problem, in problem order)."""
     count = min(shown, len(problems))
     if len(completions) < count or len(rewards) < count:
-        raise ValueError(f"{eval_set}: {len(completions)} completions and {len(rewards)} rewards for the first "
-                         f"{count} problems")
-    return [[shown_answer(completion, problem), problem.answer, float(reward), completion, problem.prompt, problem.id,
-             index, step, eval_set]
-            for index, (problem, completion, reward) in enumerate(zip(problems[:count], completions, rewards))]
+        raise ValueError(f"{eval_set}: {len(completions)} completions and {len(rewards)} rewards for the "
+                         f"first {count} problems")
+    shown_rows = zip(problems[:count], completions, rewards)
+    return [[shown_answer(completion, problem), problem.answer, float(reward), completion, problem.prompt,
+             problem.id, index, step, eval_set]
+            for index, (problem, completion, reward) in enumerate(shown_rows)]
 
 
-def log_completion_tables(tracker: RunTracker, step: int, eval_sets: dict[str, list[Problem]], evaluation: Evaluation,
-                          shown: int) -> None:
-    """Log the table of each eval set on ``tracker``'s run (a ``RunTracker``: the process that owns the run)."""
+def log_completion_tables(tracker: RunTracker, step: int, eval_sets: dict[str, list[Problem]],
+                          evaluation: Evaluation, shown: int) -> None:
+    """Log the table of each eval set on ``tracker``'s run (held by the process that owns the run)."""
     if shown <= 0:
         return
     for name, problems in eval_sets.items():
         if name in evaluation.answers:
-            rows = completion_rows(step, name, problems, evaluation.answers[name], evaluation.rewards[name], shown)
+            rows = completion_rows(step, name, problems, evaluation.answers[name], evaluation.rewards[name],
+                                   shown)
             tracker.log_table(artifact_file(name, step), COLUMNS, rows, pinned=step == 0)
