@@ -105,6 +105,10 @@ class EvaluationConfig(_Strict):
     seed: int = Field(0, description="Seeds sampled (non-greedy) evaluation per prompt: the same weights give the same score.")
     compare_to_base: bool = Field(True, description="Also log eval/<set>/changed_vs_base and kl_to_base (one extra "
                                   "sample per problem at step 0 and one learner forward per evaluation).")
+    shown_completions: int = Field(16, ge=0, description="Log a table of this many held-out problems per eval set (the "
+                                   "first ones, the same at every evaluation): prompt, first completion, extracted "
+                                   "answer, reference, reward, as MLflow artifact completions/<set>/step_NNNNNN.json "
+                                   "(0 = none).")
 
     @model_validator(mode="after")
     def _greedy_means_one_sample(self) -> EvaluationConfig:

@@ -35,6 +35,16 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 @dataclass
+class Evaluation:
+    """One evaluation of the policy: its metrics, and per eval set each problem's completion (greedy, or the
+    first of its k samples) with that completion's reward, in problem order."""
+
+    metrics: dict[str, float]
+    answers: dict[str, list[str]]
+    rewards: dict[str, list[float]]
+
+
+@dataclass
 class BaseReference:
     """The base policy's answers on each eval set, which later evaluations are compared to."""
 
@@ -60,12 +70,14 @@ def evaluate(
     config: EvaluationConfig,
     base: BaseReference | None = None,
     learners=None,
-) -> tuple[dict[str, float], dict[str, list[str]]]:
+) -> Evaluation:
     """``score_fn(completions, problems) -> list[float]`` (1.0 = correct). Returns the metrics and the
-    completion of each problem (greedy, or the first of its k samples). With ``base`` (and ``learners``,
-    which score the base's samples under the current weights) it adds ``changed_vs_base`` and ``kl_to_base``."""
+    completion of each problem (greedy, or the first of its k samples) with its reward. With ``base`` (and
+    ``learners``, which score the base's samples under the current weights) it adds ``changed_vs_base`` and
+    ``kl_to_base``."""
     metrics: dict[str, float] = {}
     answers: dict[str, list[str]] = {}
+    rewards: dict[str, list[float]] = {}
     n = 1 if config.greedy else config.k
     for name, problems in eval_sets.items():
         problems = _capped(problems, config)
@@ -80,12 +92,13 @@ def evaluate(
         metrics[f"eval/{name}/pass_at_{n}"] = sum(pass_at_k(n, c, n) for c in correct_per_problem) / len(problems)
         metrics[f"eval/{name}/response_length"] = sum(len(s.response_ids) for s in samples) / len(samples)
         answers[name] = completions[::n]  # samples come grouped by prompt, in prompt order
+        rewards[name] = scores[::n]
         if base is not None and name in base.completions:
             before = base.completions[name]
             metrics[f"eval/{name}/changed_vs_base"] = sum(a != b for a, b in zip(answers[name], before, strict=True)) / len(before)
             if learners is not None:
                 metrics[f"eval/{name}/kl_to_base"] = kl_to_base(base.samples[name], learners)
-    return metrics, answers
+    return Evaluation(metrics, answers, rewards)
 
 
 def base_metrics(initial: dict[str, float]) -> dict[str, float]:

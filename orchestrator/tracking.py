@@ -12,12 +12,14 @@ import logging
 import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mlflow.data.code_dataset_source import CodeDatasetSource
 from mlflow.entities import DatasetInput, InputTag, Metric, Param, RunStatus
-from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT, MLFLOW_LOGGED_ARTIFACTS
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 from mlflow.tracking import MlflowClient
 
 from orchestrator.config import ExperimentConfig, flatten
@@ -141,6 +143,10 @@ class RunTracker:
             file.write_text(json.dumps(payload, indent=1))
             self.client.log_artifact(run_id or self.run_id, str(file), None if folder == "." else folder)
 
+    def log_table(self, artifact_file: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], *,
+                  pinned: bool = False) -> None:
+        log_table(self.client, self.run_id, artifact_file, columns, rows, pinned=pinned)
+
     def finish(self, status: str = "FINISHED") -> None:
         if status != "FINISHED" and self.config.checkpoint.interval:
             # A resumed run restarts from the last checkpoint and logs these steps itself.
@@ -153,3 +159,42 @@ class RunTracker:
             # A failing run must still be marked FAILED, and its own error must not be masked.
             logger.exception("could not write the last metrics of failed run %s", self.run_id)
         self.client.set_terminated(self.run_id, status=status)
+
+
+def log_table(client: MlflowClient, run_id: str, artifact_file: str, columns: Sequence[str],
+              rows: Sequence[Sequence[Any]], *, pinned: bool = False) -> None:
+    """A table artifact that the MLflow UI's artifact view shows as a table.
+
+    The file is what ``MlflowClient.log_table`` writes (pandas' split-orient JSON), but written whole:
+    ``log_table`` appends to an existing file, so a resumed run that repeats an evaluation would double its
+    rows. The UI offers its table view for the files listed in the run's ``mlflow.loggedArtifacts`` tag, a
+    JSON list that must stay under MLflow's tag length (longer values are cut, and a cut list no longer
+    parses): past that the oldest unpinned entries leave the list (their files stay, shown as JSON text).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / Path(artifact_file).name
+        file.write_text(json.dumps({"columns": list(columns), "data": [list(row) for row in rows]}))
+        folder = str(Path(artifact_file).parent)
+        client.log_artifact(run_id, str(file), None if folder == "." else folder)
+    listed = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    updated = table_listing(listed, artifact_file, pinned=pinned)
+    if updated != listed:
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(updated))
+
+
+def table_listing(listed: list[dict], artifact_file: str, *, pinned: bool = False,
+                  limit: int = MAX_TAG_VAL_LENGTH) -> list[dict]:
+    """``listed`` (the ``mlflow.loggedArtifacts`` entries) with ``artifact_file`` added as a table, dropping the
+    oldest entries not ``pinned`` until the JSON fits in ``limit`` characters."""
+    entry = {"path": artifact_file, "type": "table"}
+    if pinned:
+        entry["pinned"] = True
+    if any(item.get("path") == artifact_file for item in listed):
+        return listed
+    updated = [*listed, entry]
+    while len(json.dumps(updated)) > limit:
+        oldest = next((i for i, item in enumerate(updated[:-1]) if not item.get("pinned")), None)
+        if oldest is None:
+            break
+        del updated[oldest]
+    return updated

@@ -51,7 +51,9 @@ from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator import console_logs
 from orchestrator.progress import ProgressBoard
 from orchestrator.data import BUILTIN_SOURCES, PromptSampler, load_dataset
-from orchestrator.evaluation import BASE_REFERENCE_FILE, BaseReference, base_metrics, base_reference, evaluate
+from orchestrator.completion_table import log_completion_tables
+from orchestrator.evaluation import (BASE_REFERENCE_FILE, BaseReference, Evaluation, base_metrics, base_reference,
+                                     evaluate)
 from orchestrator.resources import bundle_index, run_bundles
 from orchestrator.rollout_step import advantages_of, collect
 from orchestrator.tracking import RunTracker
@@ -214,22 +216,25 @@ def train(
 
         answers: dict[str, dict[str, list[str]]] = {}  # "base" / "last": the answers of that evaluation
 
-        def run_eval(when: str, timed: bool = False) -> dict[str, float]:
+        def run_eval(step: int, when: str, timed: bool = False) -> dict[str, float]:
             with phase(f"evaluating {when} on {', '.join(eval_sets) or 'no eval set'}", timed=timed):
-                metrics, answers["last"] = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
-                                                    config.data.prompt_template, config.evaluation, base,
-                                                    workers.learners)
-                return metrics
+                evaluation = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
+                                      config.data.prompt_template, config.evaluation, base, workers.learners)
+            answers["last"] = evaluation.answers
+            log_completion_tables(tracker, step, eval_sets, evaluation, config.evaluation.shown_completions)
+            return evaluation.metrics
 
         start_step, next_group_id = 0, 0
         if restored:
             start_step, next_group_id, base = _restore(restored, config, workers, sampler)
         else:
             with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
-                initial, base, answers["base"] = _evaluate_base(config, workers, eval_sets, tokenizer)
-            tracker.log_step(0, initial)
+                initial, base = _evaluate_base(config, workers, eval_sets, tokenizer)
+            answers["base"] = initial.answers
+            log_completion_tables(tracker, 0, eval_sets, initial, config.evaluation.shown_completions)
+            tracker.log_step(0, initial.metrics)
             if board is not None:
-                board.update(config.name, phase.who, config.training.steps, 0, initial)
+                board.update(config.name, phase.who, config.training.steps, 0, initial.metrics)
 
         history: list[dict[str, float]] = []
         batch: TrainBatch | None = None
@@ -238,7 +243,7 @@ def train(
             step_started = time.perf_counter()
             metrics, next_group_id, batch = rl_step(step, config, workers, sampler, tokenizer, next_group_id, batch)
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
-                metrics.update(run_eval(f"at step {step}"))
+                metrics.update(run_eval(step, f"at step {step}"))
             metrics["reward/failures_total"] = float(workers.reward_failures)
             metrics["time/step"] = time.perf_counter() - step_started
             tracker.log_step(step, metrics)
@@ -260,7 +265,7 @@ def train(
                     last_step = step
                     break
 
-        final = run_eval(f"after the last step ({last_step})", timed=True)
+        final = run_eval(last_step, f"after the last step ({last_step})", timed=True)
         tracker.log_step(last_step, final)
         logger.info("%s final | %s", config.name, _fmt(final))
         if batch is not None:
@@ -295,17 +300,18 @@ def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Wo
 
 
 def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict, tokenizer
-                   ) -> tuple[dict[str, float], BaseReference | None, dict[str, list[str]]]:
-    """Step 0: the base policy's metrics and answers, which are also recorded for later comparisons with it."""
-    initial, answers = evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
-                                config.evaluation)
+                   ) -> tuple[Evaluation, BaseReference | None]:
+    """Step 0: the base policy's evaluation (its metrics with the ``base/`` copies), whose answers are also
+    recorded for later comparisons with it."""
+    initial = evaluate(eval_sets, workers.rollout, workers.score, tokenizer, config.data.prompt_template,
+                       config.evaluation)
     base = None
     if config.evaluation.compare_to_base and eval_sets:
-        base = base_reference(eval_sets, answers, workers.rollout, workers.learners, tokenizer,
+        base = base_reference(eval_sets, initial.answers, workers.rollout, workers.learners, tokenizer,
                               config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
         base.save(config.run_dir / BASE_REFERENCE_FILE)
-    initial.update(base_metrics(initial))
-    return initial, base, answers
+    initial.metrics.update(base_metrics(initial.metrics))
+    return initial, base
 
 
 def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, tokenizer,

@@ -7,7 +7,8 @@
   (``mean``, ``ci_low``, ``ci_high``, ``n``, ``delta_vs_ets``, ``delta_ci_low``, ``delta_ci_high``).
 - Description (``mlflow.note.content``, on the run's page): the ablation table in Markdown, then the
   spec's description.
-- Links: the parent run, and the compare view of its children (what the sweep's end prints).
+- Links: the parent run, the compare view of its children (what the sweep's end prints), and a run's
+  artifact (the completions tables, :mod:`sweeps.completions`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ def ui_base(tracking_uri: str) -> str:
 
 def run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}?{TRAINING_VIEW}"
+
+
+def artifact_url(tracking_uri: str, experiment_id: str, run_id: str, path: str) -> str:
+    """The run's page opened on one artifact (the UI's ``/runs/<run>/artifacts/<path>`` route)."""
+    return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs/{run_id}/artifacts/{quote(path)}?{TRAINING_VIEW}"
 
 
 def compare_url(tracking_uri: str, experiment_id: str, run_ids: list[str]) -> str:

@@ -40,10 +40,11 @@ from dataclasses import dataclass, field
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Run
+from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 from pydantic import BaseModel, ValidationError, model_validator
 from rich.console import Console
 
-from sweeps import plots
+from sweeps import completions, plots
 from sweeps.ablation import AblationResults, ablation
 from sweeps.labels import arm_label
 from sweeps.results import EVAL_METRIC, SweepNotFound, SweepRuns, find_parent, metric_history, read_sweep
@@ -102,6 +103,7 @@ class Report:
     summary: dict[str, float] = field(default_factory=dict)  # the metrics logged on the parent run
     experiment_id: str = ""
     child_run_ids: list[str] = field(default_factory=list)  # the finished trials' runs
+    completion_tables: list[completions.CompletionTable] = field(default_factory=list)  # one trial per arm
 
 
 def ablation_results(tracking_uri: str, parent_run_id: str) -> dict:
@@ -117,12 +119,17 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
     results = ablation(runs)
     tables = wide_tables(results, metric)
     report = Report(results, tables, folder, experiment_id=runs.experiment_id,
-                    child_run_ids=[t.run_id for t in runs.trials])
+                    child_run_ids=[t.run_id for t in runs.trials], completion_tables=completions.arm_tables(client, runs))
+    shown = completions.to_markdown(report.completion_tables, client.tracking_uri, runs.experiment_id)
+    if not report.completion_tables:
+        report.notes.append("what the model says: no finished trial logged a completions table "
+                            "(evaluation.shown_completions=0, or runs older than the tables)")
     folder.mkdir(parents=True, exist_ok=True)
     views = {
         "ablation.csv": to_csv(results),
-        "ablation.md": to_markdown(results, tables),
-        "ablation.html": to_html(results, tables),
+        "ablation.md": to_markdown(results, tables, shown),
+        "ablation.html": to_html(results, tables,
+                                 completions.to_html(report.completion_tables, client.tracking_uri, runs.experiment_id)),
         "ablation.json": results.model_dump_json(indent=2),
     }
     for name, text in views.items():
@@ -160,7 +167,10 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
             table.write_text(views["ablation.html"])
             client.log_artifact(parent.info.run_id, str(table))
         client.log_artifacts(parent.info.run_id, str(folder), artifact_path=ARTIFACT_DIR)
-        note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""))
+        note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""), shown)
+        if len(note) > MAX_TAG_VAL_LENGTH:  # MLflow would cut the description: keep its table whole
+            note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""),
+                           [f"The completions tables of each arm: {ARTIFACT_DIR}/ablation.md"])
         report.summary = log_summary(client, parent.info.run_id, results, note, metric=metric)
         if diagnostic_numbers:
             client.log_batch(parent.info.run_id, metrics=[Metric(key, value, int(time.time() * 1000), 0)
@@ -309,6 +319,9 @@ def print_report(report: Report, tracking_uri: str, console: Console, metric: st
         console.print(f"  compare the trials:       "
                       f"{compare_url(tracking_uri, report.experiment_id, report.child_run_ids)}",
                       soft_wrap=True, highlight=False)
+    for table in report.completion_tables:
+        console.print(f"  what {table.arm} says ({table.eval_set}, step {table.step}, {table.trial}): "
+                      f"{table.url(tracking_uri, report.experiment_id)}", soft_wrap=True, highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:

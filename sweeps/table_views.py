@@ -119,11 +119,12 @@ def _row_label(cell: Cell) -> str:
     return f"{cell.method} [{cell.scope or '?'}, ÷{cell.denominator or '?'}]"
 
 
-def to_markdown(results: AblationResults, tables: list[WideTable]) -> str:
+def to_markdown(results: AblationResults, tables: list[WideTable], extra: list[str] = ()) -> str:
+    """``extra``: Markdown lines after the tables (the completions links, ``sweeps.completions``)."""
     lines = [f"# Ablation: sweep {results.sweep_id}", "", summary(results), ""]
     for table in tables:
         lines += [f"## {table.title}", "", *_markdown_rows(table), ""]
-    return "\n".join(lines)
+    return "\n".join([*lines, *extra])
 
 
 def _markdown_rows(table: WideTable) -> list[str]:
@@ -132,13 +133,16 @@ def _markdown_rows(table: WideTable) -> list[str]:
             *("| " + " | ".join([m, mode, *texts]) + " |" for m, mode, texts in table.rows)]
 
 
-def to_note(results: AblationResults, tables: list[WideTable], description: str = "") -> str:
+def to_note(results: AblationResults, tables: list[WideTable], description: str = "", extra: list[str] = ()) -> str:
     """The parent run's description (Markdown, shown collapsed to a few lines by the MLflow UI): the
-    tables first, each followed by its title in small print, then the trials' count and the spec's text."""
+    tables first, each followed by its title in small print, then the trials' count and the spec's text,
+    then the ``extra`` lines."""
     lines: list[str] = []
     for table in tables:
         lines += [*_markdown_rows(table), "", f"*{table.title}*", ""]
     lines.append(summary(results) + (f". {description.strip()}" if description.strip() else ""))
+    if extra:
+        lines += ["", *extra]
     return "\n".join(lines)
 
 
@@ -148,7 +152,8 @@ _CSS = (
 )
 
 
-def to_html(results: AblationResults, tables: list[WideTable]) -> str:
+def to_html(results: AblationResults, tables: list[WideTable], extra: str = "") -> str:
+    """``extra``: HTML after the tables (the completions links, ``sweeps.completions``)."""
     e = html.escape
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -165,7 +170,7 @@ def to_html(results: AblationResults, tables: list[WideTable]) -> str:
         for method, mode, texts in table.rows:
             parts.append("<tr>" + "".join(f"<td>{e(t)}</td>" for t in (method, mode, *texts)) + "</tr>")
         parts.append("</table>")
-    parts.append("</body></html>")
+    parts += [extra, "</body></html>"] if extra else ["</body></html>"]
     return "\n".join(parts)
 
 

@@ -2,15 +2,18 @@
 
     python -m sweeps.ui_check SWEEP [--tracking-uri URI] [--screenshots DIR]
 
-Opens the sweep's parent run and the compare view of its trials (the two URLs the sweep's end prints),
-checks that the parent's page shows its summary metrics and the ablation table and that the compare view
-names every trial, and (``--screenshots``) saves both pages as PNGs. Needs ``chromium`` (Debian's
+Opens the sweep's parent run and the compare view of its trials (the two URLs the sweep's end prints), and
+the first arm's last completions table (the report's first "what the model says" link); checks that the
+parent's page shows its summary metrics and the ablation table, that the compare view names every trial and
+that the table's page shows its first row's completion and reference, and (``--screenshots``) saves the pages
+as PNGs. Needs ``chromium`` (Debian's
 package) on PATH. Exit status 0 when everything was visible, 1 when something was not.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
+from sweeps.completions import CompletionTable, arm_tables
 from sweeps.parent_summary import compare_url, run_url
 from sweeps.results import find_parent, read_sweep
 
@@ -129,6 +133,7 @@ def check_sweep(tracking_uri: str, sweep: str, screenshots: Path | None = None) 
     # The ablation table's first number column, row by row, as the run's description shows it.
     table_cells = [line.split("|")[3].strip() for line in parent.data.tags.get("mlflow.note.content", "").splitlines()
                    if line.startswith("| ") and not line.startswith("| method ")]
+    shown = arm_tables(client, runs)
     checks = []
     with mlflow_ui(tracking_uri) as base:
         pages = [
@@ -137,6 +142,8 @@ def check_sweep(tracking_uri: str, sweep: str, screenshots: Path | None = None) 
             (compare_url(base, runs.experiment_id, [t.run_id for t in runs.trials]),
              [client.get_run(t.run_id).info.run_name for t in runs.trials], "compare_trials.png"),
         ]
+        if shown:
+            pages.append((shown[0].url(base, runs.experiment_id), _first_row(client, shown[0]), "completions.png"))
         for url, expected, png in pages:
             shot = None if screenshots is None else screenshots / png
             text = render(url, shot)
@@ -144,11 +151,20 @@ def check_sweep(tracking_uri: str, sweep: str, screenshots: Path | None = None) 
     return checks
 
 
+def _first_row(client: MlflowClient, table: CompletionTable) -> list[str]:
+    """The completion and the reference of the table's first row, as the page's text shows them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        content = json.loads(Path(client.download_artifacts(table.run_id, table.path, tmp)).read_text())
+    first = dict(zip(content["columns"], content["data"][0]))
+    return [re.sub(r"\s+", " ", str(first[column])).strip() for column in ("completion", "reference")]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sweeps.ui_check", description=__doc__.splitlines()[0])
     parser.add_argument("sweep", help="sweep id, spec name (newest sweep) or parent run id")
     parser.add_argument("--tracking-uri", default=os.environ.get("MLFLOW_TRACKING_URI", "sqlite:///runs/mlflow.db"))
-    parser.add_argument("--screenshots", type=Path, help="save parent_run.png and compare_trials.png here")
+    parser.add_argument("--screenshots", type=Path,
+                        help="save parent_run.png, compare_trials.png and completions.png here")
     args = parser.parse_args(argv)
     checks = check_sweep(args.tracking_uri, args.sweep, args.screenshots)
     for check in checks:

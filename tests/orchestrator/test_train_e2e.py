@@ -17,6 +17,7 @@ import torch
 import ray
 from mlflow.tracking import MlflowClient
 
+from orchestrator.completion_table import COLUMNS, artifact_file
 from orchestrator.config_loader import load_experiment
 from orchestrator.train import StepReport, train
 
@@ -89,6 +90,7 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, shared_dir, full_run
     answers = json.loads(open(artifact).read())["answers"]
     assert answers and len(answers[0]["entropy"]) == len(answers[0]["grad_norm"]) == len(answers[0]["omega"]) > 0
     assert all(isinstance(a["group"], int) for a in answers)
+    _assert_completion_tables(client, full.run_id, tmp_path)
 
     # The same run stopped after step 2, then resumed: steps 3 and 4 repeat the uninterrupted run. It takes
     # the collective weight-sync route (learner rank 0 broadcasts to the vLLM worker over gloo), the full
@@ -104,6 +106,29 @@ def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, shared_dir, full_run
         assert sorted(continued) == [1, 2, 3, 4], key  # no step logged twice, none lost
         for step in (3, 4):
             assert continued[step] == pytest.approx(uninterrupted[step], rel=1e-5, abs=1e-7), (key, step)
+
+
+def _assert_completion_tables(client: MlflowClient, run_id: str, folder) -> None:
+    """What the model says at each evaluation (0, 2, 4): 16 shown problems, the same ones every time, whose
+    rewards make the logged accuracy where the set has no more than 16 problems (arithmetic_val)."""
+    for name, size in (("arithmetic", 24), ("arithmetic_val", 16)):
+        files = [a.path for a in client.list_artifacts(run_id, f"completions/{name}")]
+        assert files == [artifact_file(name, step) for step in (0, 2, 4)]
+        accuracy = _history(client, run_id, f"eval/{name}/accuracy")
+        ids = None
+        for step in (0, 2, 4):
+            table = json.loads(open(client.download_artifacts(run_id, artifact_file(name, step), str(folder))).read())
+            assert table["columns"] == list(COLUMNS)
+            rows = [dict(zip(COLUMNS, row)) for row in table["data"]]
+            assert len(rows) == 16 and {r["step"] for r in rows} == {step}
+            ids = ids or [r["problem_id"] for r in rows]
+            assert [r["problem_id"] for r in rows] == ids and [r["index"] for r in rows] == list(range(16))
+            assert all(r["completion"] and r["reference"] for r in rows)
+            correct = sum(r["reward"] for r in rows)
+            if size == 16:
+                assert correct / 16 == pytest.approx(accuracy[step])
+            else:  # the 8 problems not shown can make up at most 8 more
+                assert correct <= accuracy[step] * size + 1e-9 <= correct + size - 16 + 1e-9
 
 
 def test_the_same_config_and_seed_repeat_every_metric_exactly_under_load(shared_dir, full_run):

@@ -12,6 +12,8 @@ import pytest
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
+from orchestrator.completion_table import COLUMNS, artifact_file
+from orchestrator.tracking import log_table
 from sweeps import report as report_cli
 from sweeps.report import TokenStats, ablation_results, build_report, token_diagnostics
 from sweeps.results import find_parent, read_sweep
@@ -72,6 +74,11 @@ def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str,
                     Metric("eval/arithmetic/pass_at_1", finals[0], 0, FINAL_STEP)]
     client.log_batch(run_id, metrics=metrics, params=[Param(k, v) for k, v in params.items()])
     client.set_tag(run_id, "base/checksum", "sha-of-the-one-base")
+    for step in (0, FINAL_STEP):  # what the model says, as orchestrator.train logs it at each evaluation
+        row = {"prompt": "1+1=", "completion": f"{step}<eos>", "answer": str(step), "reference": "2",
+               "reward": float(step == 2), "problem_id": "add-0", "index": 0, "step": step, "set": "arithmetic"}
+        log_table(client, run_id, artifact_file("arithmetic", step), COLUMNS, [[row[c] for c in COLUMNS]],
+                  pinned=step == 0)
     client.set_terminated(run_id, status=status)
     return run_id
 
@@ -173,6 +180,20 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
     # The table is the parent's first artifact (the UI lists them in name order).
     root = [a.path for a in client.list_artifacts(store["parent_id"])]
     assert root[0] == "Ablation.html" and sorted(root) == root
+
+    # Each arm links the last completions table of its lowest-seed trial, in every view and the parent's note.
+    shown = {t.arm: (t.trial, t.seed, t.path) for t in report.completion_tables}
+    last = artifact_file("arithmetic", FINAL_STEP)
+    assert shown == {"All tokens": ("unit-t000", 0, last), "ETS top-20 %": ("unit-t002", 0, last),
+                     "GMTS top-20 %": ("unit-t004", 0, last), "GMTS top-50 %": ("unit-t006", 0, last),
+                     "ETS bottom-20 %": ("unit-t007", 0, last)}
+    gmts = next(t for t in report.completion_tables if t.arm == "GMTS top-20 %")
+    url = gmts.url(store["uri"], report.experiment_id)
+    assert url == (f"http://127.0.0.1:5000/#/experiments/{report.experiment_id}/runs/{gmts.run_id}/artifacts/"
+                   f"{last}?workflowType=machine_learning")
+    assert f"[arithmetic at step {FINAL_STEP} (unit-t004, seed 0)]({url})" in markdown
+    assert url.replace("&", "&amp;") in (folder / "ablation.html").read_text()
+    assert url in client.get_run(store["parent_id"]).data.tags["mlflow.note.content"]
     assert "<th colspan='2'>ρ = 0.2</th>" in Path(client.download_artifacts(store["parent_id"], "Ablation.html",
                                                                             str(store["tmp"]))).read_text()
     for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png",

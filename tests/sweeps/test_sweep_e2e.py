@@ -198,3 +198,24 @@ def test_report_artifacts_on_the_parent(sweep: dict) -> None:
     # One test cell (the validation set's cell only chooses lrs), with its Δ over ETS at the same scope.
     gmts = [c for c in table["cells"] if c["method"] == "gmts" and c["metric"] == "accuracy" and c["split"] == "test"]
     assert len(gmts) == 1 and gmts[0]["delta_vs_ets"] is not None
+
+
+def test_each_arm_links_what_its_model_says(sweep: dict, tmp_path: Path) -> None:
+    """Both trials were restarted (one by Tune, one by --resume): each still holds one completions table per eval
+    set for step 0 and the last step, rows not doubled, and the report links the last one per arm."""
+    parent, children = _children(sweep)
+    client = sweep["client"]
+    finished = [run for run in children if run.info.status == "FINISHED"]
+    assert len(finished) == 2
+    for run in finished:
+        for name in ("arithmetic", "arithmetic_val"):
+            files = [a.path for a in client.list_artifacts(run.info.run_id, f"completions/{name}")]
+            assert files == [f"completions/{name}/step_{step:06d}.json" for step in (0, STEPS)]
+            table = json.loads(Path(client.download_artifacts(run.info.run_id, files[-1], str(tmp_path))).read_text())
+            rows = [dict(zip(table["columns"], row)) for row in table["data"]]
+            assert [row["index"] for row in rows] == list(range(8))  # the set's 8 problems, each once
+            assert sum(row["reward"] for row in rows) / 8 == pytest.approx(run.data.metrics[f"eval/{name}/accuracy"])
+    markdown = (sweep["sweep_dir"] / "report" / "ablation.md").read_text()
+    links = [line for line in markdown.splitlines() if line.startswith("- ") and "/artifacts/completions/" in line]
+    assert len(links) == 2 and all(f"step_{STEPS:06d}.json" in line for line in links)
+    assert f"/artifacts/completions/arithmetic/step_{STEPS:06d}.json" in parent.data.tags["mlflow.note.content"]

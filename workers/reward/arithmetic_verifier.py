@@ -23,10 +23,16 @@ def verify_arithmetic(completion: str, problem: Problem) -> float:
     gold = _LEADING_INTEGER.fullmatch(problem.answer.strip())
     if gold is None:
         raise CheckError(f"arithmetic problem {problem.id} has non-integer answer {problem.answer!r}")
-    if problem.prompt.strip() and completion.lstrip().startswith(problem.prompt.strip()):
-        return 0.0
+    return 1.0 if stated_integer(completion, problem.prompt) == _canonical(gold) else 0.0
+
+
+def stated_integer(completion: str, prompt: str) -> str | None:
+    """The completion's leading integer as the verifier compares it ("068" → "68"); None when it has none or
+    starts by repeating the question."""
+    if prompt.strip() and completion.lstrip().startswith(prompt.strip()):
+        return None
     answer = _LEADING_INTEGER.match(completion)
-    return 1.0 if answer is not None and _canonical(answer) == _canonical(gold) else 0.0
+    return None if answer is None else _canonical(answer)
 
 
 def _canonical(integer: re.Match[str]) -> str:
