@@ -99,23 +99,22 @@ def run_grid(seeds: list[int], journal: RunJournal | None, *, budget_s: float | 
 
 def sampled_answers(run: LoopRun, problems: list, shown: int = SHOWN_ANSWERS) -> list[dict]:
     """The first ``shown`` held-out problems with the base's and the trained policy's greedy answers and the reward
-    each earned, so a reader sees what an accuracy is made of (the same problems in every run)."""
-    from workers.reward.math_verifier import verify_math
-
+    the run's verifier gave each, so a reader sees what an accuracy is made of (the same problems in every run)."""
     rows = []
     for index, problem in enumerate(problems[:shown]):
         row = {"problem": problem.id, "question": problem.prompt, "reference": problem.answer}
-        for when, answers in (("base", run.base_answers), ("trained", run.final_answers)):
-            completion = answers.get(TEST_SET, [None] * shown)[index]
-            row[when] = completion
-            row[f"{when}_reward"] = None if completion is None else verify_math(completion, problem)
+        for when, evaluation in (("base", run.base_evaluation), ("trained", run.final_evaluation)):
+            known = evaluation is not None and TEST_SET in evaluation.answers
+            row[when] = evaluation.answers[TEST_SET][index] if known else None
+            row[f"{when}_reward"] = evaluation.rewards[TEST_SET][index] if known else None
         rows.append(row)
     return rows
 
 
 def _record(arm: str, seed: int, run: LoopRun, problems: list) -> dict:
     steps = run.history
-    return {"samples": sampled_answers(run, problems),"arm": arm, "seed": seed, "steps": len(steps), "rl_seconds": run.rl_seconds,
+    return {"samples": sampled_answers(run, problems), "arm": arm, "seed": seed, "steps": len(steps),
+            "rl_seconds": run.rl_seconds,
             "wall_seconds": run.wall_seconds, "budget_reached": run.budget_reached,
             "median_step_seconds": run.median("time/step"),
             "accuracy": run.final_metrics[TEST_METRIC], "response_length": run.final_metrics.get(LENGTH_METRIC),

@@ -13,8 +13,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from benchmarks.report import require_modules
+
+if TYPE_CHECKING:  # torch-free at import, like the rest of this module's heavy imports
+    from orchestrator.evaluation import Evaluation
 
 logger = logging.getLogger(__name__)
 
@@ -38,8 +42,8 @@ class LoopRun:
     wall_seconds: float
     initial_metrics: dict[str, float] = field(default_factory=dict)  # the step-0 evaluation (run_loop_for_seconds)
     budget_reached: bool | None = None  # run_loop_for_seconds: stopped by its budget (False: by its step cap)
-    base_answers: dict[str, list[str]] = field(default_factory=dict)  # per eval set, at step 0
-    final_answers: dict[str, list[str]] = field(default_factory=dict)  # per eval set, after the last step
+    base_evaluation: Evaluation | None = None  # step 0's answers and rewards (orchestrator.train.TrainResult)
+    final_evaluation: Evaluation | None = None  # the last step's
 
     @property
     def rl_seconds(self) -> float:
@@ -95,8 +99,8 @@ def run_loop(preset: str, overrides: list[str], steps: int, work_dir: Path | Non
         initial = _step_zero_metrics(f"sqlite:///{tmp}/mlflow.db", result.run_id)
     logger.info("loop run %s %s: %.0f s", preset, overrides, wall)
     return LoopRun(overrides=overrides, history=result.history, final_metrics=result.final_metrics,
-                   wall_seconds=wall, initial_metrics=initial, base_answers=result.base_answers,
-                   final_answers=result.final_answers)
+                   wall_seconds=wall, initial_metrics=initial, base_evaluation=result.base_evaluation,
+                   final_evaluation=result.final_evaluation)
 
 
 def _step_zero_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
@@ -136,7 +140,8 @@ def run_loop_for_seconds(preset: str, overrides: list[str], budget_seconds: floa
         wall = time.perf_counter() - started
         initial = _step_zero_metrics(f"sqlite:///{tmp}/mlflow.db", result.run_id)
     run = LoopRun(overrides=overrides, history=history, final_metrics=result.final_metrics, wall_seconds=wall,
-                  initial_metrics=initial, base_answers=result.base_answers, final_answers=result.final_answers)
+                  initial_metrics=initial, base_evaluation=result.base_evaluation,
+                  final_evaluation=result.final_evaluation)
     run.budget_reached = run.rl_seconds >= budget_seconds
     logger.info("loop run %s %s: %d steps, %.0f s of RL, %.0f s in all", preset, overrides, len(history),
                 run.rl_seconds, wall)

@@ -91,9 +91,10 @@ class TrainResult:
     final_metrics: dict[str, float]
     run_dir: Path
     history: list[dict[str, float]] = field(default_factory=list)
-    # Per eval set, each problem's completion (greedy, or the first sample) at step 0 and after the last step.
-    base_answers: dict[str, list[str]] = field(default_factory=dict)
-    final_answers: dict[str, list[str]] = field(default_factory=dict)
+    # The evaluations at step 0 (None for a resumed run) and after the last step: per eval set, each problem's
+    # completion (greedy, or the first sample) and its reward.
+    base_evaluation: Evaluation | None = None
+    final_evaluation: Evaluation | None = None
 
 
 @dataclass
@@ -214,13 +215,13 @@ def train(
 
         base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
 
-        answers: dict[str, dict[str, list[str]]] = {}  # "base" / "last": the answers of that evaluation
+        evaluations: dict[str, Evaluation] = {}  # "base" / "last"
 
         def run_eval(step: int, when: str, timed: bool = False) -> dict[str, float]:
             with phase(f"evaluating {when} on {', '.join(eval_sets) or 'no eval set'}", timed=timed):
                 evaluation = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
                                       config.data.prompt_template, config.evaluation, base, workers.learners)
-            answers["last"] = evaluation.answers
+            evaluations["last"] = evaluation
             log_completion_tables(tracker, step, eval_sets, evaluation, config.evaluation.shown_completions)
             return evaluation.metrics
 
@@ -230,7 +231,7 @@ def train(
         else:
             with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
                 initial, base = _evaluate_base(config, workers, eval_sets, tokenizer)
-            answers["base"] = initial.answers
+            evaluations["base"] = initial
             log_completion_tables(tracker, 0, eval_sets, initial, config.evaluation.shown_completions)
             tracker.log_step(0, initial.metrics)
             if board is not None:
@@ -274,7 +275,8 @@ def train(
             tracker.log_json({"answers": workers.learners.token_statistics(sample)}, "diagnostics/token_stats.json")
         status = "FINISHED"
         return TrainResult(run_id=tracker.run_id, steps=last_step, final_metrics=final, run_dir=run_dir,
-                           history=history, base_answers=answers.get("base", {}), final_answers=answers["last"])
+                           history=history, base_evaluation=evaluations.get("base"),
+                           final_evaluation=evaluations["last"])
     finally:
         if board is not None:
             board.close()

@@ -99,10 +99,10 @@ def verify_math(completion: str, problem: Problem, *, timeout_s: int = 3) -> flo
         if predicted:
             if _chains_different_values(candidate, timeout_s):
                 return 0.0
-            if value_reference and not _is_value(_last_side(candidate), None, timeout_s):
-                return 0.0  # arithmetic left for math-verify to do (stated_value.RULES)
-            if value_reference and _drops_variables(_last_side(candidate), predicted):
-                return 0.0
+            if value_reference:
+                stated = _last_side(candidate)
+                if not _is_value(stated, None, timeout_s) or _drops_variables(stated, predicted):
+                    return 0.0  # arithmetic left for math-verify to do (stated_value.RULES), or a misread
             return 1.0 if _equal(gold, predicted, candidate, timeout_s) else 0.0
     return 0.0
 
