@@ -3,7 +3,7 @@
 Wide layout, one table per (model size, algorithm): rows = the base policy, then method × mode, the method
 labelled with its scope and denominator (``ets-release [mini_batch, ÷all]``), columns = ratio × test
 benchmark, cells ``mean ± half-width of the 95 % t interval (Δ GMTS − ETS paired by seed ± its half-width)``
-in percent, each arm at the lr chosen on validation. The full-token baseline (method ``none``) and the base
+in percent, each arm at the lr chosen on validation when it ran several (the title says which: ``lr_label``). The full-token baseline (method ``none``) and the base
 have no ratio: their numbers are repeated under every ratio, as the reference line of each column. The CSV
 keeps every cell (every lr, the validation benchmarks, the interval bounds).
 """
@@ -24,8 +24,7 @@ PERCENT = 100.0
 # Metrics that are not fractions of problems: shown as they are, not in percent.
 RAW_METRICS = ("kl_to_base", "response_length")
 ALL_TOKENS = "all"
-LEGEND = ("mean ± half-width of the 95 % t interval over seeds; Δ = GMTS − ETS paired by seed, ± its interval; "
-          "each arm at its lr chosen on validation")
+LEGEND = "mean ± half-width of the 95 % t interval over seeds; Δ = GMTS − ETS paired by seed, ± its interval"
 
 
 def seeds_label(cells: list[Cell]) -> str:
@@ -38,6 +37,27 @@ def seeds_label(cells: list[Cell]) -> str:
     return f"n = {counts[0]} seeds" if len(counts) == 1 else f"n = {counts[0]}–{counts[-1]} seeds per cell"
 
 
+def lr_label(cells: list[Cell]) -> str:
+    """How the table's lrs were chosen, from the cells of every lr (not only the chosen ones): a grid
+    chosen on validation, or one lr per arm that the spec set, which nothing chose."""
+    lrs_by_arm: dict[tuple, set] = {}
+    for cell in cells:
+        if cell.method != BASE:
+            lrs_by_arm.setdefault(_arm(cell), set()).add(cell.lr)
+    if not lrs_by_arm:
+        return ""
+    if any(len(lrs) > 1 for lrs in lrs_by_arm.values()):
+        if all(len(lrs) > 1 for lrs in lrs_by_arm.values()):
+            return "each arm at its lr chosen on validation"
+        return "lr chosen on validation for the arms that ran several, the spec's one lr for the others"
+    single = {next(iter(lrs)) for lrs in lrs_by_arm.values()}
+    if len(single) == 1:
+        lr = next(iter(single))
+        return f"every arm at lr {lr:g}, one lr set by the spec (not chosen on validation)" if lr is not None \
+            else "every arm at its config's lr (not chosen on validation)"
+    return "one lr per arm, set by the spec (not chosen on validation)"
+
+
 @dataclass(frozen=True)
 class WideTable:
     model_size: str
@@ -47,11 +67,13 @@ class WideTable:
     rows: list[tuple[str, str, list[str]]]  # (method label, mode label, one text per column)
 
     seeds: str = ""
+    lrs: str = ""
 
     @property
     def title(self) -> str:
         unit = "" if self.metric in RAW_METRICS else " (%)"
-        return f"{self.metric}{unit} — model {self.model_size}, {self.algorithm}; {self.seeds}; {LEGEND}"
+        return "; ".join(part for part in (f"{self.metric}{unit} — model {self.model_size}, {self.algorithm}",
+                                           self.seeds, self.lrs, LEGEND) if part)
 
 
 def format_cell(cell: Cell | None) -> str:
@@ -73,12 +95,14 @@ def wide_tables(results: AblationResults, metric: str = "accuracy") -> list[Wide
     # The result is the test benchmarks at each arm's chosen lr; validation numbers only choose that lr.
     cells = [c for c in results.cells if c.metric == metric and c.split == "test"]
     cells = [c if ratio_is_kept_share(c.method) else _own_setting_row(c) for c in cells]
+    lrs = {s: lr_label([c for c in cells if (c.model_size, c.algorithm) == s])
+           for s in {(c.model_size, c.algorithm) for c in cells}}
     chosen = {_arm(c) for c in cells if c.selected}
     # An arm with several lrs and no validation set to choose on shows every lr, each as its own row.
     cells = [c if c.selected else c.model_copy(update={"method": f"{c.method} lr={c.lr:g}"})
              for c in cells if c.selected or _arm(c) not in chosen]
     sections = sorted({(c.model_size, c.algorithm) for c in cells})
-    return [_wide_table([c for c in cells if (c.model_size, c.algorithm) == s], *s, metric) for s in sections]
+    return [_wide_table([c for c in cells if (c.model_size, c.algorithm) == s], *s, metric, lrs[s]) for s in sections]
 
 
 def _own_setting_row(cell: Cell) -> Cell:
@@ -93,7 +117,7 @@ def _arm(cell: Cell) -> tuple:
     return (cell.model_size, cell.algorithm, cell.method, cell.mode, cell.ratio)
 
 
-def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str) -> WideTable:
+def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str, lrs: str = "") -> WideTable:
     ratios = sorted({c.ratio for c in cells if c.ratio is not None})
     ratio_labels = [f"{r:g}" for r in ratios] or [ALL_TOKENS]
     benchmarks = sorted({c.benchmark for c in cells})
@@ -108,7 +132,7 @@ def _wide_table(cells: list[Cell], model_size: str, algorithm: str, metric: str)
             cell = by_point.get((row, mode, label, benchmark)) or by_point.get((row, mode, None, benchmark))
             texts.append(format_cell(cell))
         rows.append((row, mode or "—", texts))
-    return WideTable(model_size, algorithm, metric, columns, rows, seeds_label(cells))
+    return WideTable(model_size, algorithm, metric, columns, rows, seeds_label(cells), lrs)
 
 
 def _row_label(cell: Cell) -> str:
@@ -177,7 +201,8 @@ def to_html(results: AblationResults, tables: list[WideTable], extra: str = "") 
 def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
     views = []
     for table in tables:
-        view = Table(title=f"model {table.model_size} · {table.algorithm} · {table.seeds}", title_justify="left")
+        title = " · ".join(part for part in (f"model {table.model_size}", table.algorithm, table.seeds, table.lrs) if part)
+        view = Table(title=title, title_justify="left")
         view.add_column("method")
         view.add_column("mode")
         for ratio, benchmark in table.columns:

@@ -16,7 +16,9 @@ from orchestrator.completion_table import COLUMNS, artifact_file
 from orchestrator.tracking import log_table
 from sweeps import report as report_cli
 from sweeps.report import TokenStats, ablation_results, build_report, token_diagnostics
+from sweeps.ablation import AblationResults
 from sweeps.results import find_parent, read_sweep
+from sweeps.table_views import wide_tables
 from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
 
 SWEEP_ID = "unit-sweep-20260101-000000"
@@ -144,6 +146,13 @@ def test_table_numbers_mean_std_and_delta(store: dict) -> None:
     assert lone["std"] is None and lone["n"] == 1 and lone["delta_vs_ets"] is None
     bottom = _cell(results, method="ets", mode="bottom", benchmark="arithmetic", **common)
     assert bottom["mean"] == pytest.approx(0.05, abs=1e-12)
+
+
+def test_a_table_of_one_lr_per_arm_says_nothing_chose_it(store: dict) -> None:
+    """A sweep that set one lr never chose it on validation: the table's title must not say it did."""
+    tables = wide_tables(AblationResults.model_validate(ablation_results(store["uri"], store["parent_id"])))
+    assert tables and all("not chosen on validation" in t.title and "lr chosen on validation" not in t.title
+                          for t in tables), [t.title for t in tables]
 
 
 def test_report_files_and_parent_artifacts(store: dict) -> None:
@@ -351,4 +360,5 @@ def test_each_arm_gets_the_lr_its_validation_score_chose_not_its_test_score(stor
     assert gmts.delta_vs_ets == pytest.approx(0.16) and gmts.delta_n == 2
     markdown = (store["tmp"] / "lrs" / "ablation.md").read_text()
     assert "arith_val" not in markdown and "| ρ=0.2 arith |" in markdown  # validation is no table column
+    assert "each arm at its lr chosen on validation" in markdown
     assert (store["tmp"] / "lrs" / "accuracy_vs_lr.png").is_file()
