@@ -5,8 +5,7 @@ Every absolute number of a toy table moves with the base it starts from. A warm-
 transition turns a thread count's worth of floating-point difference into ten points of base accuracy (the old
 600-step base did). The preset's warm-up must be converged: its greedy test accuracy should change by
 ≤ 2 points when the warm-up is up to 10 % shorter or longer. The ±5 % points are there because ±10 % alone
-can miss a base that jumps between them (cpu-tiny-s on an AMD EPYC host, 2026-12-03: 35.6 / 43.0 / 35.1 / 41.0 /
-38.1 % at 90 … 110 %, where 90 / 100 / 110 % alone spread 3.0 points). Each warm-up is the one a run would train
+can miss a base that jumps between them (cpu-tiny-s's lr-1e-3 warm-up did: benchmarks/RESULTS.md, base_sensitivity). Each warm-up is the one a run would train
 (``orchestrator.base_policy.prepare_policy``, cached and checksummed). It is scored greedily with HF ``generate`` on the preset's
 test split, with the task's own verifier. A run's step-0 vLLM evaluation reports the same base under
 ``base/accuracy``.

@@ -9,8 +9,8 @@ split), and the figure is its *test* accuracy there (``arithmetic``, 1,173 probl
 interval over seeds. Differences between arms are paired by seed (both at their own chosen lr) with their
 own t interval, whatever their sign.
 
-Arms: ``none`` (all tokens); ``ets-release`` and ``gmts-release``, the GMTS release's recipes (the paper's
-own setting: ETS over the optimiser step's mini-batch, GMTS within each prompt group); ``random`` (ρ random
+Arms: ``none`` (all tokens); ``ets-release`` and ``gmts-release``, the GMTS release's recipes (the GMTS
+release's code: ETS over the optimiser step's mini-batch, GMTS within each prompt group); ``random`` (ρ random
 tokens per group, the control that separates "fewer tokens" from "the right tokens"); and ETS/GMTS at each
 other's population (matched-scope pairs ``ets@group``, ``gmts@mini_batch``). ρ = 0.2, top.
 
@@ -73,7 +73,7 @@ class Arm:
 
 ARMS = (
     Arm("none", "none", ("selection.ratio=null",)),
-    # ETS and GMTS in the paper's own setting, the GMTS release's recipes: ETS over the optimiser step's
+    # ETS and GMTS as the GMTS release's code runs them: ETS over the optimiser step's
     # mini-batch, GMTS within each prompt group.
     Arm("ets-release", "ets-release", RATIO),
     Arm("gmts-release", "gmts-release", RATIO),

@@ -1,4 +1,4 @@
-"""Selection overhead (issue 2): what token scores + selection cost next to the learner's own step.
+"""Selection overhead: what token scores + selection cost next to the learner's own step.
 
 For one realistic micro-batch per model, measured side by side in one run:
 

@@ -235,7 +235,7 @@ def ray_working_dir_copy(path: Path) -> Path | None:
 
 def default_store_uri(output_dir: Path, uri_field: str, dir_field: str) -> str:
     """``sqlite:///<output_dir>/mlflow.db``; refused inside a Ray job's temporary working-dir copy, where
-    a run would log silently into a store no MLflow UI shows (issue 16), naming what to set instead."""
+    a run would log silently into a store no MLflow UI shows, naming what to set instead."""
     store = (output_dir / "mlflow.db").resolve()
     copy = ray_working_dir_copy(store)
     if copy is not None:

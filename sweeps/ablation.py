@@ -6,7 +6,7 @@ the mean, the sample standard deviation (ddof = 1) and the 95 % t interval over 
 trial ran one (ets-release, gmts-release, …). Each arm's lr is chosen on the validation benchmarks
 (``selected``; never on a test one), and for the GMTS methods Δ = GMTS − ETS, each at its own chosen lr,
 is paired by seed at the same model size, algorithm, mode, ratio and benchmark, with its own interval.
-A GMTS recipe is compared with its partner recipe (:data:`DELTA_PARTNERS`: the paper's own setting); a
+A GMTS recipe is compared with its partner recipe (:data:`DELTA_PARTNERS`: gmts-release and gmts-paper with ets-release); a
 plain GMTS method with plain ETS at the same scope and denominator (a matched-scope pair: "which score",
 not "which population"). ``base`` cells hold the base policy's step-0 evaluation, the row every arm
 starts from. Values stay in the metric's own units (fractions).

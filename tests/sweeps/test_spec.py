@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -121,7 +122,7 @@ def test_shipped_cpu_specs_expand(name: str) -> None:
     assert name in spec_names()
     trials = expand(load_spec(name))
     methods = {t.point["method"] for t in trials}
-    assert {"none", "ets-release", "gmts-release"} <= methods  # the paper's own setting
+    assert {"none", "ets-release", "gmts-release"} <= methods  # the GMTS release's recipes
     for trial in trials:  # every ETS/GMTS trial names its convention: a recipe, or a matched-scope pair
         selection = trial.config.selection
         assert selection.recipe is not None or selection.method == "none" or trial.point.get("scope") == "group"
@@ -184,3 +185,13 @@ def test_unknown_method_or_scope_names_the_axis() -> None:
         SweepSpec(name="r", base={"preset": "cpu-tiny-s"}, grid={"method": ["ets-8021"]})
     with pytest.raises(ValidationError, match="scope"):
         SweepSpec(name="r", base={"preset": "cpu-tiny-s"}, grid={"scope": ["batch"]})
+
+
+def test_the_shipped_specs_table_counts_each_specs_trials() -> None:
+    """sweeps/README's table of shipped specs states each grid's size; a spec edited without its row
+    would mislead whoever plans a sweep's cost from it."""
+    readme = (Path(__file__).resolve().parents[2] / "sweeps" / "README.md").read_text()
+    rows = re.findall(r"^\| `([a-z0-9-]+)` \|[^|]*\| (\d[\d,]*) \|", readme, flags=re.MULTILINE)
+    stated = {name: int(count.replace(",", "")) for name, count in rows}
+    assert set(stated) == set(spec_names()), stated
+    assert {name: len(grid_points(load_spec(name))) for name in stated} == stated

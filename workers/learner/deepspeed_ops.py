@@ -1,16 +1,15 @@
 """DeepSpeed's CPU communication op: built once per virtual environment, and never waited on forever.
 
 On the first ``deepspeed.init_distributed`` of every CPU process DeepSpeed JIT-loads ``deepspeed_shm_comm`` (its
-shared-memory allreduce) with torch's ``cpp_extension.load``. Left to torch's defaults that has two traps, both
-seen on one machine running ``make demo`` from one checkout beside the test suite from another (2026-12-03):
+shared-memory allreduce) with torch's ``cpp_extension.load``. Left to torch's defaults that has two traps when
+two checkouts (say ``make demo`` in one and the test suite in another) run on one machine:
 
 - torch builds into one folder per user (``~/.cache/torch_extensions/py311_cpu``) whose ``build.ninja`` names the
   venv's include paths, so two checkouts with venvs of their own rebuilt the op in turn: 30–95 s inside each
   learner start of either;
 - torch's build lock is a bare file (``torch.utils.file_baton.FileBaton``): a learner killed while building (a
-  cancelled job, a test's teardown, Ctrl-C) leaves it, and every later learner start waits on it forever, silently.
-  That is how a demo trial's learner, most likely, hung 45 min in its constructor at load < 1 (the test suite
-  beside it kills learners on purpose).
+  cancelled job, a test's teardown, Ctrl-C) leaves it, and every later learner start waits on it forever, silently
+  (the test suite kills learners on purpose, so a demo beside it would hang in a learner's constructor).
 
 So the op builds in a folder of this venv's own (``<venv>/torch_extensions``; ``TORCH_EXTENSIONS_DIR`` when set),
 and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds
