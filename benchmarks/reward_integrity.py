@@ -1,6 +1,6 @@
 """Can a program earn the code reward without solving the problem? And what does a check cost?
 
-    python -m benchmarks.reward_integrity [--problems N] [--baseline-repo PATH] [--rounds R]
+    python -m benchmarks.reward_integrity [--problems N] [--baseline-repo PATH] [--rounds R] [--jail-cost]
 
 Runs, through the path training uses (``RewardScorer`` → ``verify_code`` → the sandbox), every
 HumanEval problem's canonical solution (must pass) and one completion per known way of forging a
@@ -8,6 +8,8 @@ pass (each must score 0 on every problem), and reports the counts. With ``--base
 checkout of another revision of this repository) it also times the canonical solutions under that
 revision's verifier and this one, interleaved round by round in one run, and reports the ratio of
 the time per check (paired median over rounds), since absolute seconds on a shared machine wander.
+``--jail-cost`` times reasoning-gym checks through the verifier (a locked-down child per check) against the same
+task scorer called in process, interleaved problem by problem.
 """
 
 from __future__ import annotations
@@ -197,6 +199,44 @@ def score_attacks_on(repo: Path, limit: int | None) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
+JAIL_TASKS = ("basic_arithmetic", "spiral_matrix", "countdown")
+
+
+def jail_cost(tasks: tuple[str, ...] = JAIL_TASKS, problems: int = 40) -> dict[str, dict[str, float]]:
+    """Per task, the median wall and CPU milliseconds (this process and its children) of one gold-answer check
+    through ``verify_reasoning_gym`` (the scoring jail) and of the task's scorer called in process, the two
+    interleaved problem by problem so that load hits both alike."""
+    import resource
+
+    import reasoning_gym
+
+    from workers.problem import Problem
+    from workers.reward.reasoning_gym_verifier import _score_answer_fn, verify_reasoning_gym
+
+    def cpu_s() -> float:
+        own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+    report = {}
+    for task in tasks:
+        entries = list(reasoning_gym.create_dataset(task, size=problems, seed=0))
+        scorer = _score_answer_fn(task)
+        samples: dict[str, list[tuple[float, float]]] = {"jail": [], "in_process": []}
+        for index, entry in enumerate(entries):
+            problem = Problem(id=f"{task}-{index}", prompt=entry["question"], answer=str(entry["answer"]),
+                              domain="reasoning_gym", metadata={"dataset": task, "entry": entry})
+            checks = {"jail": lambda: verify_reasoning_gym(f"<answer>{problem.answer}</answer>", problem),
+                      "in_process": lambda: scorer(answer=problem.answer, entry=dict(entry))}
+            for mode, check in checks.items():
+                wall, cpu = time.perf_counter(), cpu_s()
+                check()
+                samples[mode].append((time.perf_counter() - wall, cpu_s() - cpu))
+        report[task] = {f"{mode}_{kind}_ms": round(statistics.median(s[i] for s in values) * 1e3, 3)
+                        for mode, values in samples.items() for i, kind in enumerate(("wall", "cpu"))}
+        report[task]["checks"] = len(entries)
+    return report
+
+
 def run(smoke: bool) -> dict:
     return {"attacks": score_attacks(limit=10 if smoke else None)}
 
@@ -207,6 +247,7 @@ def main() -> None:
     parser.add_argument("--baseline-repo", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--skip-attacks", action="store_true")
+    parser.add_argument("--jail-cost", action="store_true", help="time reasoning-gym checks in the jail vs in process")
     parser.add_argument("--attacks-on-baseline", action="store_true",
                         help="also score the attacks under --baseline-repo's verifier (shows they are real)")
     args = parser.parse_args()
@@ -218,6 +259,9 @@ def main() -> None:
         print(json.dumps(report, indent=2), flush=True)
     if args.baseline_repo is not None and args.attacks_on_baseline:
         report["attacks_on_baseline"] = score_attacks_on(args.baseline_repo.resolve(), args.problems)
+        print(json.dumps(report, indent=2), flush=True)
+    if args.jail_cost:
+        report["jail_cost"] = jail_cost()
         print(json.dumps(report, indent=2), flush=True)
     if args.baseline_repo is not None:
         report["time_per_check"] = compare_time_per_check(args.baseline_repo.resolve(), args.problems or 164,

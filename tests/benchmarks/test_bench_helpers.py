@@ -116,3 +116,13 @@ def test_code_version_ignores_the_report_code_but_not_the_training_code():
 
     assert "orchestrator" in TRAINING_CODE and "workers" in TRAINING_CODE
     assert not any(path.startswith(("docs", "tests", "benchmarks/learning_efficiency")) for path in TRAINING_CODE)
+
+
+def test_jail_cost_times_both_paths_on_every_task() -> None:
+    from benchmarks.reward_integrity import jail_cost
+
+    report = jail_cost(("basic_arithmetic",), problems=3)
+    row = report["basic_arithmetic"]
+    assert row["checks"] == 3
+    assert {"jail_wall_ms", "jail_cpu_ms", "in_process_wall_ms", "in_process_cpu_ms"} <= set(row)
+    assert row["jail_wall_ms"] > 0 and row["in_process_wall_ms"] >= 0
