@@ -15,7 +15,10 @@ import html
 import io
 from dataclasses import dataclass
 
+from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sweeps.ablation import BASE, AblationResults, Cell, method_rank, mode_rank
 from sweeps.labels import ratio_is_kept_share
@@ -198,18 +201,21 @@ def to_html(results: AblationResults, tables: list[WideTable], extra: str = "") 
     return "\n".join(parts)
 
 
-def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Table]:
+def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Group]:
+    """One renderable per table: its title as a line of its own (a table's own title would wrap to the
+    table's width, a few words a line), then the table. Cells are escaped: a row label such as
+    ``ets-release [mini_batch, ÷all]`` is text, not rich markup."""
     views = []
     for table in tables:
         title = " · ".join(part for part in (f"model {table.model_size}", table.algorithm, table.seeds, table.lrs) if part)
-        view = Table(title=title, title_justify="left")
+        view = Table()
         view.add_column("method")
         view.add_column("mode")
         for ratio, benchmark in table.columns:
             view.add_column(f"ρ={ratio}\n{benchmark}" if ratio != ALL_TOKENS else f"{ratio}\n{benchmark}", justify="right")
         for method, mode, texts in table.rows:
-            view.add_row(method, mode, *texts)
-        views.append(view)
+            view.add_row(*(escape(text) for text in (method, mode, *texts)))
+        views.append(Group(Text(title, style="bold"), view))
     return views
 
 

@@ -362,3 +362,20 @@ def test_each_arm_gets_the_lr_its_validation_score_chose_not_its_test_score(stor
     assert "arith_val" not in markdown and "| ρ=0.2 arith |" in markdown  # validation is no table column
     assert "each arm at its lr chosen on validation" in markdown
     assert (store["tmp"] / "lrs" / "accuracy_vs_lr.png").is_file()
+
+
+def test_the_terminal_table_keeps_scope_labels_and_an_unbroken_title_at_80_columns() -> None:
+    from rich.console import Console
+
+    from sweeps.table_views import WideTable, to_rich
+
+    table = WideTable("tiny-s", "grpo", "accuracy", [("0.2", "arithmetic")],
+                      [("base", "—", ["21.7"]), ("gmts-release [group, ÷all]", "top", ["34.8 (Δ +11.8)"])],
+                      "1 seed, no interval", "every arm at lr 0.0001, one lr set by the spec (not chosen on validation)")
+    console = Console(width=80, record=True, color_system=None)
+    for view in to_rich(None, [table]):
+        console.print(view)
+    text = console.export_text()
+    assert "gmts-release [group, ÷all]" in text  # a row label is text, never rich markup
+    title_lines = text.split("┏")[0].strip().splitlines()
+    assert len(title_lines) == 2 and title_lines[0].startswith("model tiny-s · grpo"), title_lines
