@@ -226,6 +226,21 @@ def test_unknown_fields_are_rejected_by_name(client) -> None:
          path="/v1/runs")
 
 
+@pytest.mark.parametrize("experiment", ["it's", "a$(id)", "two\nlines", "a/b", " gmts", ""])
+def test_an_experiment_name_is_held_to_the_name_pattern(client, jobs, experiment: str) -> None:
+    """The experiment reaches MLflow filters, folder names and URLs like ``name`` does: same pattern,
+    for a sweep's ``experiment`` and a run's ``tracking.experiment`` (also inside a sweep's base)."""
+    _bad(client, sweep_body(experiment=experiment), 422, "body.experiment: String should match pattern")
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"tracking.experiment": experiment}}, 422,
+         "overrides.tracking.experiment: String should match pattern", path="/v1/runs")
+    nested = {"preset": "cpu-tiny-s", "overrides": {"tracking": {"experiment": experiment}}}
+    _bad(client, nested, 422, "overrides.tracking.experiment", path="/v1/runs")
+    assert not jobs.jobs
+    accepted = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"tracking.experiment": "ablation_2.1-b"}})
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["mlflow"]["experiment"] == "ablation_2.1-b"
+
+
 def _raw(client: TestClient, body: str, path: str = "/v1/sweeps"):
     """JSON as an attacker types it: ``Infinity``/``NaN`` literals, which Python's json parser accepts."""
     return client.post(path, content=body, headers={"Content-Type": "application/json"})
