@@ -34,6 +34,14 @@ class RayUnavailable(Exception):
     """Ray's Jobs API could not be reached or refused our credentials."""
 
 
+class RayRefused(RayUnavailable):
+    """Ray's Jobs API answered, but refused our credentials (401: no token, 403: a wrong one)."""
+
+    def __init__(self, message: str, token_sent: bool) -> None:
+        super().__init__(message)
+        self.token_sent = token_sent
+
+
 class JobNotFound(Exception):
     """Ray has no job with this submission id (never submitted, or the cluster was replaced)."""
 
@@ -99,7 +107,9 @@ class RayJobs:
             return getattr(client, method)(*args, **kwargs)
         except AuthenticationError as exc:
             self._client = None
-            raise RayUnavailable(f"Ray at {self.address} refused our token: {str(exc).splitlines()[0]}") from None
+            # Ray says "Authentication required" for a 401 (no token came) and "… failed" for a 403.
+            token_sent = not str(exc).startswith("Authentication required")
+            raise RayRefused(f"Ray at {self.address} refused our token: {str(exc).splitlines()[0]}", token_sent) from None
         except OSError as exc:  # requests' and the client's ConnectionError are both OSErrors
             self._client = None
             raise RayUnavailable(f"Ray Jobs API at {self.address} is unreachable ({type(exc).__name__})") from None

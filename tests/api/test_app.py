@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -20,6 +22,7 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from api.app import create_app
+from api.ray_jobs import RayJobs
 from api.service import SUBMIT_GRACE_S
 from api.settings import ApiSettings
 from api.tracking import API_ID_TAG
@@ -77,6 +80,46 @@ def test_health_needs_no_token_and_readiness_checks_ray_and_mlflow(settings, job
         response = anonymous.get("/readyz")
     assert response.status_code == 503
     assert response.json()["ray"].startswith("unreachable")
+
+
+class _RefusingHandler(BaseHTTPRequestHandler):
+    """Answers every request as a token-auth Ray dashboard does: 401 without a token, 403 with a wrong one."""
+
+    def do_GET(self) -> None:
+        status = 403 if self.headers.get("Authorization") else 401
+        body = b"Forbidden: Invalid authentication token" if status == 403 else b"Unauthorized: Missing authentication token"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("token", "says"), [("wrong-token", "rejected the token"), (None, "wants a token and got none")])
+def test_readiness_tells_a_refused_token_from_an_unreachable_ray(settings, monkeypatch, token, says) -> None:
+    """The real Ray Jobs client against a loopback server that answers like a token-auth Ray head refusing
+    us (401/403). A stand-in, because the one real token-auth head of the suite is the slow integration
+    test's (it checks the same there); starting another costs ~10 s and 0.6 GB per run of this test."""
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)  # else Ray's client adds a token of its own
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        jobs = RayJobs(f"http://127.0.0.1:{server.server_address[1]}", token)
+        with TestClient(create_app(settings, jobs)) as anonymous:
+            response = anonymous.get("/readyz")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert response.status_code == 503
+    assert response.json()["ray"].startswith("refused: ") and says in response.json()["ray"], response.json()
+    assert "GMTS_RAY_AUTH_TOKEN" in response.json()["ray"] and response.json()["mlflow"] == "ok"
+    unreachable = RayJobs(f"http://127.0.0.1:{server.server_address[1]}", token)  # the server is gone now
+    with TestClient(create_app(settings, unreachable)) as anonymous:
+        assert anonymous.get("/readyz").json()["ray"].startswith("unreachable")
 
 
 def test_the_service_refuses_to_start_without_a_usable_token(tmp_path: Path, monkeypatch, settings) -> None:
