@@ -287,6 +287,11 @@ class ControlPlane:
                 pass  # not (yet) known to Ray: refresh and the reaper decide
             except RayUnavailable as exc:
                 raise Unavailable(str(exc)) from None
+        record, leftovers = self._await_cancel(record)
+        # As stored: the background reconciler reaps too, and may have been the one that killed.
+        return self.store.by_id(record.id) or record, leftovers
+
+    def _await_cancel(self, record: Submission) -> tuple[Submission, Leftovers | None]:
         deadline = time.monotonic() + self.settings.cancel_wait_s
         leftovers: Leftovers | None = None
         while True:
@@ -312,6 +317,7 @@ class ControlPlane:
         if record.mlflow_run_id and record.mlflow_experiment_id:
             ui_url = self.tracking.run_link(RunLocation(record.mlflow_run_id, record.mlflow_experiment_id, exact=True))
         warnings = [record.tracking_warning] if record.tracking_warning else []
+        warnings += record.kill_notes.splitlines()  # what the reaper had to kill (api/reaper.py)
         return View(record, trials, ui_url, warnings)
 
     def results(self, record: Submission) -> tuple[str, TrialCounts, dict[str, Any]]:

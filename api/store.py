@@ -48,6 +48,7 @@ CREATE TABLE IF NOT EXISTS submissions (
     mlflow_experiment_id TEXT,
     tracking_warning TEXT NOT NULL DEFAULT '',
     tracked_at REAL,
+    kill_notes TEXT NOT NULL DEFAULT '',
     UNIQUE (kind, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status);
@@ -58,6 +59,7 @@ ADDED_COLUMNS = (
     ("trials_running", "INTEGER NOT NULL DEFAULT 0"), ("trials_finished", "INTEGER NOT NULL DEFAULT 0"),
     ("trials_failed", "INTEGER NOT NULL DEFAULT 0"), ("trials_killed", "INTEGER NOT NULL DEFAULT 0"),
     ("mlflow_experiment_id", "TEXT"), ("tracking_warning", "TEXT NOT NULL DEFAULT ''"), ("tracked_at", "REAL"),
+    ("kill_notes", "TEXT NOT NULL DEFAULT ''"),
 )
 
 
@@ -92,6 +94,8 @@ class Submission:
     mlflow_experiment_id: str | None = None
     tracking_warning: str = ""
     tracked_at: float | None = None
+    # api/reaper.py: what it had to signal because it outlived the job, one line each (shown as warnings).
+    kill_notes: str = ""
 
     @property
     def finished(self) -> bool:

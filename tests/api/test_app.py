@@ -550,7 +550,9 @@ def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(setti
             assert response.status_code == 202, response.text
             body = response.json()
             assert body["status"] == "cancelled" and body["settled"] is False
-            assert f"driver process(es) [{driver.pid}] alive" in " ".join(body["warnings"])
+            sigterm = f"cancel: the job's driver (pid {driver.pid}) outlived Ray's stop; sent SIGTERM"
+            assert body["warnings"][0] == sigterm, body["warnings"]
+            assert f"driver process(es) [{driver.pid}] alive" in body["warnings"][-1]
             assert mlflow.get_run(parent).info.status == "KILLED"
             assert driver.poll() is None  # SIGTERM is ignored: only the escalation can end it
         # A new API process (the old one is gone): its background reconciler finishes the job.
@@ -562,10 +564,35 @@ def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(setti
             wait_for(lambda: mlflow.get_run(late.info.run_id).info.status == "KILLED", 30, 0.2, "the late run KILLED")
             wait_for(lambda: client.get(f"/v1/sweeps/{sweep['id']}").json()["settled"], 30, 0.2, "the record to settle")
             again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
-            assert again.status_code == 200 and again.json()["status"] == "cancelled" and again.json()["warnings"] == []
+            assert again.status_code == 200 and again.json()["status"] == "cancelled"
+            # what it took, noted once each though this process sent SIGTERM again after the restart
+            sigkill = f"cancel: the job's driver (pid {driver.pid}) was still alive 8 s after SIGTERM; sent SIGKILL"
+            assert again.json()["warnings"] == [sigterm, sigkill]
+            assert client.get(f"/v1/sweeps/{sweep['id']}").json()["warnings"] == [sigterm, sigkill]
     finally:
         driver.kill()
         driver.wait()
+
+
+def test_a_cancel_that_had_to_kill_the_driver_says_so(settings, jobs) -> None:
+    """Ray says STOPPED but the job's driver (a real process with the job's command line; Ray is the fake
+    of conftest.py) is still there: the reaper's SIGTERM ends it, the cancel answers 200 — and says what
+    it had to kill."""
+    settings.cancel_wait_s = 30.0  # only the bound: the answer comes once a check finds nothing
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        run = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"training.steps": 1}}).json()
+        jobs.set(run["ray_submission_id"], "RUNNING")
+        job_file = str(settings.state_dir / "jobs" / f"{run['id']}.yaml")
+        driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "api.job", "run", job_file])
+        try:
+            response = client.post(f"/v1/runs/{run['id']}/cancel")
+            assert driver.wait(timeout=30) == -signal.SIGTERM
+        finally:
+            driver.kill()
+            driver.wait()
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    assert response.json()["warnings"] == [f"cancel: the job's driver (pid {driver.pid}) outlived Ray's stop; sent SIGTERM"]
 
 
 def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
