@@ -70,6 +70,9 @@ class LiveProcess:
         return f"{what} (pid {self.pid}, {self.state})"
 
 
+# Run first in every worker process of a job: what the job writes is owner-only (api/job.py).
+WORKER_SETUP_HOOK = "api.job.owner_only_files"
+
 # Actor states in which an actor still holds (or is about to hold) a process and its resources.
 LIVE_ACTOR_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING")
 
@@ -123,7 +126,7 @@ class RayJobs:
             "submit_job",
             entrypoint=entrypoint,
             submission_id=submission_id,
-            runtime_env={"env_vars": env_vars},
+            runtime_env={"env_vars": env_vars, "worker_process_setup_hook": WORKER_SETUP_HOOK},
             metadata=metadata,
         )
 

@@ -23,9 +23,9 @@ from mlflow import MlflowClient
 
 from api.app import create_app
 from api.ray_jobs import RayJobs
-from api.service import SUBMIT_GRACE_S
+from api.service import SUBMIT_GRACE_S, ControlPlane
 from api.settings import ApiSettings
-from api.tracking import API_ID_TAG
+from api.tracking import API_ID_TAG, TrackingView
 from orchestrator.config_loader import load_experiment
 from sweeps.report import ablation_results
 from sweeps.spec import expand, load_spec
@@ -665,6 +665,37 @@ def test_job_files_are_not_world_readable_or_shared(client, settings) -> None:
     job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
     assert yaml.safe_load(job_file.read_text())["name"] == "api-test"
     assert os.stat(job_file).st_mode & 0o077 == 0
+
+
+def _modes(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): oct(path.stat().st_mode & 0o777) for path in [folder, *folder.rglob("*")]}
+
+
+def test_every_folder_and_file_the_service_makes_is_owner_only(settings, jobs, tmp_path: Path) -> None:
+    """A state dir left 0755 (made by hand, or by an older version) is tightened; what the service creates
+    — folders with their missing parents, job files, each submission's run folder — is 0700/0600."""
+    (tmp_path / "new").mkdir(mode=0o755)
+    settings = ApiSettings(api_token=TOKEN, state_dir=tmp_path / "new" / "parent" / "state",
+                           allowed_roots=settings.allowed_roots, mlflow_tracking_uri=settings.mlflow_tracking_uri)
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        sweep, run = _submit(client), client.post("/v1/runs", json={"preset": "cpu-tiny-s"}).json()
+        assert run["status"] == "pending", run
+    modes = _modes(settings.state_dir)
+    folders = {".", "jobs", "runs", f"runs/{sweep['id']}", f"runs/{run['id']}"}
+    assert {name: mode for name, mode in modes.items() if name in folders} == dict.fromkeys(folders, "0o700")
+    assert {name: mode for name, mode in modes.items() if name not in folders} == dict.fromkeys(
+        set(modes) - folders, "0o600")
+    assert {"api.db", f"jobs/{sweep['id']}.yaml", f"jobs/{run['id']}.yaml"} <= set(modes)
+    assert oct((tmp_path / "new" / "parent").stat().st_mode & 0o777) == "0o700"  # created by the service
+    assert oct((tmp_path / "new").stat().st_mode & 0o777) == "0o755"  # not the service's: left alone
+
+    settings.state_dir.chmod(0o755)
+    (settings.state_dir / "runs").chmod(0o755)
+    settings.mlflow_tracking_uri = None  # the default store, sqlite:///<state>/mlflow.db
+    plane = ControlPlane(settings, jobs, TrackingView(settings.tracking_uri(), None))
+    plane.close()
+    modes = _modes(settings.state_dir)
+    assert (modes["."], modes["runs"], modes["mlflow.db"]) == ("0o700", "0o700", "0o600")
 
 
 def test_the_state_database_and_its_wal_files_are_owner_only(settings, jobs) -> None:
