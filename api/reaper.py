@@ -16,9 +16,10 @@ call it finished; a live driver or actor process on this host gets SIGTERM, then
 there ``GMTS_KILL_GRACE_S`` (5 s) later — SIGKILL, with its children (a driver's death also makes Ray kill
 the job's actors, which is how actors on other hosts end); open runs are closed (KILLED after a
 cancel). Each signal is noted in the record (``kill_notes``: what, its pid, which signal) and shown
-among its ``warnings``, so that a cancel that had to kill says so. A record is *settled* (``settled_at``) once checks over ``GMTS_SETTLE_QUIET_S`` (30 s) since the job
-ended all came back empty, so that a driver that starts late is still caught. The checks run in the
-service's background reconciler — after an API restart too, since the state is in SQLite — and,
+among its ``warnings``, so that a cancel that had to kill says so. A record is *settled*
+(``settled_at``) once checks over ``GMTS_SETTLE_QUIET_S`` (30 s) since the job ended all came back
+empty, so that a driver that starts late is still caught. The checks run in the service's background
+reconciler — after an API restart too, since the state is in SQLite — and,
 for a cancel, right in the request, which answers 200 only once a check came back empty.
 
 Processes are only signalled when they are provably this job's: the driver by its job file in its

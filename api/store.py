@@ -216,7 +216,8 @@ class SubmissionStore:
 
 
 def owner_only_database(path: Path) -> None:
-    """The records hold what users submitted: 0600 for the database and its -wal/-shm files.
+    """A SQLite database only its owner can read (the records hold what users submitted; MLflow's
+    store what their runs logged): 0600 for the file and its side files.
 
     SQLite creates -wal/-shm (and -journal) with the database file's mode, so creating the file 0600
     first is what keeps them private (an empty file is an empty database to SQLite); a database left
