@@ -33,7 +33,7 @@ from api.models import (
     SweepResults,
     TrialProgress,
 )
-from api.ray_jobs import JobsBackend, RayJobs
+from api.ray_jobs import JobsBackend, RayJobs, RayRefused
 from api.reads import ReadCache
 from api.service import Conflict, ControlPlane, IdempotencyKeyReused, NotFound, Unavailable, View
 from api.settings import ApiSettings
@@ -112,8 +112,13 @@ def create_app(settings: ApiSettings | None = None, jobs: JobsBackend | None = N
 
 
 def _probe(check) -> str:
+    """"ok", or why not in words that name no address or secret (/readyz has no token)."""
     try:
         return check()
+    except RayRefused as exc:  # Ray answers: a wrong token, not a network problem
+        if exc.token_sent:
+            return "refused: the Ray cluster rejected the token (check GMTS_RAY_AUTH_TOKEN / GMTS_RAY_AUTH_TOKEN_FILE)"
+        return "refused: the Ray cluster wants a token and got none (set GMTS_RAY_AUTH_TOKEN or GMTS_RAY_AUTH_TOKEN_FILE)"
     except Exception as exc:  # noqa: BLE001 - whatever fails, the dependency is not ready
         return f"unreachable ({type(exc).__name__})"
 

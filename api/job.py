@@ -8,22 +8,34 @@ file on disk and another process, maybe another code version: the job validates 
 through the same models and the same number bounds (api/limits.py) and refuses — exit status 2, the
 field named on stderr, so it lands in the job's log — before any actor starts or any MLflow run
 opens. Then it runs exactly the CLI a user would type (``sweeps.run`` / ``orchestrator.train``).
+
+Everything the job creates is owner-only (umask 077): the driver sets it before it runs, and every other
+process of the job — its actors, Tune's trials, on any node — runs ``owner_only_files`` as Ray's
+``worker_process_setup_hook`` (api/ray_jobs.py puts it into the job's runtime_env) before its first
+task. So the checkpoints, records and reports under ``<state>/runs/<id>/`` are 0600/0700 like the rest
+of the state dir, also where the job writes outside it (a model cache). This module imports nothing
+heavy at the top: every worker of the job imports it for that hook.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
+OWNER_ONLY_UMASK = 0o077
 
-from api.submissions import RequestRejected, check_grid_size, check_numbers
-from orchestrator.config_loader import ConfigError
+
+def owner_only_files() -> None:
+    """Ray worker setup hook of the service's jobs (see the module docstring)."""
+    os.umask(OWNER_ONLY_UMASK)
 
 
 def validate(kind: str, job_file: Path, output_dir: Path | None) -> None:
     """Raise ValidationError / ConfigError / RequestRejected if the job file is not a sensible job."""
+    from api.submissions import check_grid_size, check_numbers
+
     if kind == "sweep":
         from sweeps.spec import expand, load_spec
 
@@ -44,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("job_file", type=Path)
     parser.add_argument("--output-dir", type=Path, help="sweeps only: where its trials write")
     args = parser.parse_args(argv)
+    from pydantic import ValidationError
+
+    from api.submissions import RequestRejected
+    from orchestrator.config_loader import ConfigError
+
     try:
         validate(args.kind, args.job_file, args.output_dir)
     except RequestRejected as exc:
@@ -53,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValidationError, ConfigError, OSError) as exc:
         print(f"gmts job: refusing {args.job_file}: {exc}", file=sys.stderr)
         return 2
+    owner_only_files()  # after the checks, which write nothing: the job's own files from here on
     if args.kind == "sweep":
         from sweeps.run import main as run_sweep
 

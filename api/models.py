@@ -51,7 +51,10 @@ class SubmissionOut(_Response):
     links: Links
     settled: bool = Field(False, description="Finished, and checks over 30 s found no driver, actor or open "
                           "MLflow run of it left (a cancel is then complete everywhere).")
-    warnings: list[str] = Field(default_factory=list, description="E.g. MLflow unreachable: progress unknown.")
+    warnings: list[str] = Field(default_factory=list, description=(
+        "E.g. MLflow unreachable: progress unknown; a process of the job that outlived its end and had to be "
+        "killed (\"cancel: the job's driver (pid 1234) outlived Ray's stop; sent SIGTERM\"); after a cancel "
+        "answered 202, what is still stopping."))
 
 
 class SubmissionList(_Response):

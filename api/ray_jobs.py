@@ -34,6 +34,14 @@ class RayUnavailable(Exception):
     """Ray's Jobs API could not be reached or refused our credentials."""
 
 
+class RayRefused(RayUnavailable):
+    """Ray's Jobs API answered, but refused our credentials (401: no token, 403: a wrong one)."""
+
+    def __init__(self, message: str, token_sent: bool) -> None:
+        super().__init__(message)
+        self.token_sent = token_sent
+
+
 class JobNotFound(Exception):
     """Ray has no job with this submission id (never submitted, or the cluster was replaced)."""
 
@@ -61,6 +69,9 @@ class LiveProcess:
         what = f"actor {self.name or self.ray_id[:12]}" if self.kind == "actor" else "driver"
         return f"{what} (pid {self.pid}, {self.state})"
 
+
+# Run first in every worker process of a job: what the job writes is owner-only (api/job.py).
+WORKER_SETUP_HOOK = "api.job.owner_only_files"
 
 # Actor states in which an actor still holds (or is about to hold) a process and its resources.
 LIVE_ACTOR_STATES = ("DEPENDENCIES_UNREADY", "PENDING_CREATION", "ALIVE", "RESTARTING")
@@ -99,7 +110,9 @@ class RayJobs:
             return getattr(client, method)(*args, **kwargs)
         except AuthenticationError as exc:
             self._client = None
-            raise RayUnavailable(f"Ray at {self.address} refused our token: {str(exc).splitlines()[0]}") from None
+            # Ray says "Authentication required" for a 401 (no token came) and "… failed" for a 403.
+            token_sent = not str(exc).startswith("Authentication required")
+            raise RayRefused(f"Ray at {self.address} refused our token: {str(exc).splitlines()[0]}", token_sent) from None
         except OSError as exc:  # requests' and the client's ConnectionError are both OSErrors
             self._client = None
             raise RayUnavailable(f"Ray Jobs API at {self.address} is unreachable ({type(exc).__name__})") from None
@@ -113,7 +126,7 @@ class RayJobs:
             "submit_job",
             entrypoint=entrypoint,
             submission_id=submission_id,
-            runtime_env={"env_vars": env_vars},
+            runtime_env={"env_vars": env_vars, "worker_process_setup_hook": WORKER_SETUP_HOOK},
             metadata=metadata,
         )
 

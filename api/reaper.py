@@ -15,9 +15,11 @@ and repairs what disagrees, escalating on each pass: the Ray job is stopped agai
 call it finished; a live driver or actor process on this host gets SIGTERM, then — if it is still
 there ``GMTS_KILL_GRACE_S`` (5 s) later — SIGKILL, with its children (a driver's death also makes Ray kill
 the job's actors, which is how actors on other hosts end); open runs are closed (KILLED after a
-cancel). A record is *settled* (``settled_at``) once checks over ``GMTS_SETTLE_QUIET_S`` (30 s) since the job
-ended all came back empty, so that a driver that starts late is still caught. The checks run in the
-service's background reconciler — after an API restart too, since the state is in SQLite — and,
+cancel). Each signal is noted in the record (``kill_notes``: what, its pid, which signal) and shown
+among its ``warnings``, so that a cancel that had to kill says so. A record is *settled*
+(``settled_at``) once checks over ``GMTS_SETTLE_QUIET_S`` (30 s) since the job ended all came back
+empty, so that a driver that starts late is still caught. The checks run in the service's background
+reconciler — after an API restart too, since the state is in SQLite — and,
 for a cancel, right in the request, which answers 200 only once a check came back empty.
 
 Processes are only signalled when they are provably this job's: the driver by its job file in its
@@ -30,7 +32,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import psutil
 
@@ -102,7 +104,7 @@ class Reaper:
                 leftovers.ray_processes = self.jobs.live_processes(state.job_id, state.driver_pid)
             except RayUnavailable as exc:
                 leftovers.unknown.append(f"Ray's state API unreachable ({exc})")
-        self._signal(leftovers)
+        record = self._note_kills(record, self._signal(record, leftovers))
         leftovers.open_runs = self._close_runs(record, leftovers)
         if not leftovers.clear:
             logger.warning("%s %s is %s but: %s", record.kind, record.id, record.status, leftovers.describe())
@@ -123,14 +125,34 @@ class Reaper:
             leftovers.unknown.append(f"Ray unreachable ({exc})")
             return None
 
-    def _signal(self, leftovers: Leftovers) -> None:
-        targets = list(leftovers.local_drivers)
-        targets += [p.pid for p in leftovers.ray_processes if p.pid and is_ray_worker_of_node(p.pid, p.node_id)]
-        for pid in dict.fromkeys(targets):
+    def _signal(self, record: Submission, leftovers: Leftovers) -> list[str]:
+        """SIGTERM what is left on this host, SIGKILL what outlived the grace period; a note for each."""
+        targets = {pid: "the job's driver" for pid in leftovers.local_drivers}
+        for process in leftovers.ray_processes:
+            if process.pid and process.pid not in targets and is_ray_worker_of_node(process.pid, process.node_id):
+                targets[process.pid] = ("the job's driver" if process.kind == "driver"
+                                        else f"the job's actor {process.name or process.ray_id[:12]}")
+        notes = []
+        for pid, what in targets.items():
             first = self._termed.setdefault(pid, time.monotonic())
             escalate = time.monotonic() - first >= self.kill_grace_s
-            kill_tree(pid, signal.SIGKILL if escalate else signal.SIGTERM)
+            sig = signal.SIGKILL if escalate else signal.SIGTERM
+            if kill_tree(pid, sig):
+                notes.append(kill_note(record, what, pid, sig, self.kill_grace_s))
         self._termed = {pid: t for pid, t in self._termed.items() if psutil.pid_exists(pid)}
+        return notes
+
+    def _note_kills(self, record: Submission, notes: list[str]) -> Submission:
+        """Add the notes to the record's (from the store: the cancel request and the background
+        reconciler both reap); a signal repeated on a later pass, or after a restart, is noted once."""
+        if not notes:
+            return record
+        stored = self.store.by_id(record.id) or record
+        known = stored.kill_notes.splitlines()
+        new = [note for note in dict.fromkeys(notes) if note not in known]
+        if new:
+            return self.store.update(record, kill_notes="\n".join([*known, *new]))
+        return replace(record, kill_notes=stored.kill_notes)
 
     def _close_runs(self, record: Submission, leftovers: Leftovers) -> int:
         trial_status, parent_status = CLOSING[record.status]
@@ -171,15 +193,26 @@ def is_ray_worker_of_node(pid: int, node_id: str | None) -> bool:
     return False
 
 
-def kill_tree(pid: int, sig: signal.Signals) -> None:
+def kill_note(record: Submission, what: str, pid: int, sig: signal.Signals, grace_s: float) -> str:
+    """One line for the record's warnings: the job ended (a cancel: Ray stopped it), yet this was alive."""
+    when = "cancel: " if record.status == "cancelled" else f"{record.status} job: "
+    outlived = "Ray's stop" if record.status == "cancelled" else "the job's end"
+    if sig == signal.SIGKILL and grace_s > 0:
+        return f"{when}{what} (pid {pid}) was still alive {grace_s:g} s after SIGTERM; sent SIGKILL"
+    return f"{when}{what} (pid {pid}) outlived {outlived}; sent {sig.name}"
+
+
+def kill_tree(pid: int, sig: signal.Signals) -> bool:
+    """Send ``sig`` to ``pid`` and its descendants; False if ``pid`` was gone."""
     try:
         process = psutil.Process(pid)
         family = [process, *process.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return
+        return False
     for member in family:
         try:
             member.send_signal(sig)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     logger.warning("sent %s to pid %d and %d descendant(s)", sig.name, pid, len(family) - 1)
+    return True

@@ -13,6 +13,7 @@ as running.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -27,7 +28,14 @@ from typing import Any
 from api.ray_jobs import RAY_TO_STATUS, JobNotFound, JobsBackend, JobState, RayUnavailable
 from api.reaper import Leftovers, Reaper
 from api.settings import ApiSettings
-from api.store import DuplicateIdempotencyKey, Kind, Submission, SubmissionStore
+from api.store import (
+    DuplicateIdempotencyKey,
+    Kind,
+    Submission,
+    SubmissionStore,
+    owner_only_database,
+    owner_only_dir,
+)
 from api.submissions import PreparedJob, output_dir, prepare_run, prepare_sweep
 from api.tracking import API_ID_TAG, RunLocation, TrackingView, TrialCounts
 from sweeps.spec import BaseExperiment, SweepSpec
@@ -72,10 +80,12 @@ class ControlPlane:
         self.settings = settings
         self.jobs = jobs
         self.tracking = tracking
-        # Owner-only: the records and job files hold what users submitted.
-        settings.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.job_dir = settings.state_dir / "jobs"
-        self.job_dir.mkdir(exist_ok=True, mode=0o700)
+        # Owner-only: the records, job files and run outputs hold what users submitted and what it made.
+        owner_only_dir(settings.state_dir)
+        self.job_dir = owner_only_dir(settings.state_dir / "jobs")
+        owner_only_dir(settings.state_dir / "runs")
+        if settings.mlflow_tracking_uri is None:  # the default store sqlite:///<state>/mlflow.db
+            owner_only_database(settings.state_dir / "mlflow.db")
         self.store = SubmissionStore(settings.state_dir / "api.db")
         self.reaper = Reaper(self.store, jobs, tracking, settings.kill_grace_s, settings.settle_quiet_s)
         self._stop = threading.Event()
@@ -176,6 +186,9 @@ class ControlPlane:
         except DuplicateIdempotencyKey as duplicate:  # a concurrent POST with the same key won the race
             job_file.unlink(missing_ok=True)
             return self._replay(duplicate.existing, request_hash), True
+        if prepared.output_dir is not None:
+            # Created here, 0700: whatever the job writes inside is out of other users' reach, whatever its mode.
+            owner_only_dir(prepared.output_dir)
         try:
             self.jobs.submit(
                 record.ray_submission_id,
@@ -187,6 +200,9 @@ class ControlPlane:
             # Not submitted: forget it, so that a retry with the same idempotency key starts afresh.
             self.store.delete(record.id)
             job_file.unlink(missing_ok=True)
+            if prepared.output_dir is not None:
+                with contextlib.suppress(OSError):  # still empty: nothing ran
+                    prepared.output_dir.rmdir()
             reason = str(exc) if isinstance(exc, RayUnavailable) else f"Ray refused the job: {str(exc)[:300]}"
             raise Unavailable(reason) from None
         logger.info("submitted %s %s (%s) as Ray job %s", kind, api_id, prepared.name, record.ray_submission_id)
@@ -287,6 +303,11 @@ class ControlPlane:
                 pass  # not (yet) known to Ray: refresh and the reaper decide
             except RayUnavailable as exc:
                 raise Unavailable(str(exc)) from None
+        record, leftovers = self._await_cancel(record)
+        # As stored: the background reconciler reaps too, and may have been the one that killed.
+        return self.store.by_id(record.id) or record, leftovers
+
+    def _await_cancel(self, record: Submission) -> tuple[Submission, Leftovers | None]:
         deadline = time.monotonic() + self.settings.cancel_wait_s
         leftovers: Leftovers | None = None
         while True:
@@ -312,6 +333,7 @@ class ControlPlane:
         if record.mlflow_run_id and record.mlflow_experiment_id:
             ui_url = self.tracking.run_link(RunLocation(record.mlflow_run_id, record.mlflow_experiment_id, exact=True))
         warnings = [record.tracking_warning] if record.tracking_warning else []
+        warnings += record.kill_notes.splitlines()  # what the reaper had to kill (api/reaper.py)
         return View(record, trials, ui_url, warnings)
 
     def results(self, record: Submission) -> tuple[str, TrialCounts, dict[str, Any]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import threading
 import time
 from dataclasses import dataclass, fields, replace
@@ -48,6 +49,7 @@ CREATE TABLE IF NOT EXISTS submissions (
     mlflow_experiment_id TEXT,
     tracking_warning TEXT NOT NULL DEFAULT '',
     tracked_at REAL,
+    kill_notes TEXT NOT NULL DEFAULT '',
     UNIQUE (kind, idempotency_key)
 );
 CREATE INDEX IF NOT EXISTS submissions_by_status ON submissions (status);
@@ -58,6 +60,7 @@ ADDED_COLUMNS = (
     ("trials_running", "INTEGER NOT NULL DEFAULT 0"), ("trials_finished", "INTEGER NOT NULL DEFAULT 0"),
     ("trials_failed", "INTEGER NOT NULL DEFAULT 0"), ("trials_killed", "INTEGER NOT NULL DEFAULT 0"),
     ("mlflow_experiment_id", "TEXT"), ("tracking_warning", "TEXT NOT NULL DEFAULT ''"), ("tracked_at", "REAL"),
+    ("kill_notes", "TEXT NOT NULL DEFAULT ''"),
 )
 
 
@@ -92,6 +95,8 @@ class Submission:
     mlflow_experiment_id: str | None = None
     tracking_warning: str = ""
     tracked_at: float | None = None
+    # api/reaper.py: what it had to signal because it outlived the job, one line each (shown as warnings).
+    kill_notes: str = ""
 
     @property
     def finished(self) -> bool:
@@ -112,9 +117,9 @@ class SubmissionStore:
     runs in it), so the counter sees every change."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        owner_only_dir(path.parent)
         self.path = path
-        _owner_only(path)
+        owner_only_database(path)
         self._lock = threading.Lock()
         self.version = 0
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
@@ -125,7 +130,7 @@ class SubmissionStore:
         for column, sql_type in ADDED_COLUMNS:
             if column not in present:
                 self._db.execute(f"ALTER TABLE submissions ADD COLUMN {column} {sql_type}")
-        _owner_only(path)  # the -wal/-shm files exist now
+        owner_only_database(path)  # the -wal/-shm files exist now
 
     def close(self) -> None:
         with self._lock:
@@ -210,15 +215,33 @@ class SubmissionStore:
         return updated
 
 
-def _owner_only(path: Path) -> None:
-    """The records hold what users submitted: 0600 for the database and its -wal/-shm files.
+def owner_only_database(path: Path) -> None:
+    """A SQLite database only its owner can read (the records hold what users submitted; MLflow's
+    store what their runs logged): 0600 for the file and its side files.
 
-    SQLite creates -wal/-shm with the database file's mode, so creating the file 0600 first is what
-    keeps them private; a database left 0644 by an older version is tightened, its side files too."""
+    SQLite creates -wal/-shm (and -journal) with the database file's mode, so creating the file 0600
+    first is what keeps them private (an empty file is an empty database to SQLite); a database left
+    0644 by an older version is tightened, its side files too."""
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        if file.exists() and file.stat().st_mode & 0o077:
+    for file in (path, *(path.with_name(path.name + side) for side in ("-wal", "-shm", "-journal"))):
+        if file.exists() and stat.S_IMODE(file.stat().st_mode) != 0o600:
             file.chmod(0o600)
+
+
+def owner_only_dir(path: Path) -> Path:
+    """``path`` as a directory only its owner can enter: created 0700 with every missing parent (no
+    umask decides), or tightened to 0700 if it exists (a state dir made 0755 by hand or by an older
+    version). Existing parents are left alone: they are not the service's."""
+    missing, folder = [], path
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+        folder.chmod(0o700)  # mkdir's mode passes through the umask
+    if stat.S_IMODE(path.stat().st_mode) != 0o700:
+        path.chmod(0o700)
+    return path
 
 
 def _record(row: sqlite3.Row) -> Submission:

@@ -60,6 +60,7 @@ class PreparedJob:
     experiment: str
     trials_total: int
     job_yaml: str
+    output_dir: Path | None = None  # the server's folder the job writes into; None: the user chose one
 
     def entrypoint(self, kind: str, job_file: Path, output_dir: Path) -> str:
         # Constant commands; the only variable parts are paths this service generated. api.job
@@ -239,6 +240,7 @@ def prepare_sweep(spec: SweepSpec, settings: ApiSettings, api_id: str) -> Prepar
         experiment=spec.experiment,
         trials_total=len(trials),
         job_yaml=yaml.safe_dump(job_spec.model_dump(mode="json"), sort_keys=False),
+        output_dir=output_dir(settings, api_id),
     )
 
 
@@ -250,8 +252,9 @@ def prepare_run(request: BaseExperiment, settings: ApiSettings, api_id: str) -> 
     _check_tracking_uri(_dig(nested, "tracking.tracking_uri"), "overrides.tracking.tracking_uri", settings)
     overrides = _tagged_overrides(request.overrides, nested, api_id, "overrides")
     overrides["tracking.tracking_uri"] = settings.tracking_uri()
-    if _dig(nested, "output_dir") is None:
-        overrides["output_dir"] = str(output_dir(settings, api_id))
+    server_dir = output_dir(settings, api_id) if _dig(nested, "output_dir") is None else None
+    if server_dir is not None:
+        overrides["output_dir"] = str(server_dir)
     with _config_errors("overrides"):
         data = apply_overrides(read_config_dict(request.preset), [f"{k}={json.dumps(v)}" for k, v in overrides.items()])
         try:
@@ -270,4 +273,5 @@ def prepare_run(request: BaseExperiment, settings: ApiSettings, api_id: str) -> 
         experiment=config.tracking.experiment,
         trials_total=1,
         job_yaml=yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False),
+        output_dir=server_dir,
     )

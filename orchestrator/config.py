@@ -122,9 +122,14 @@ class CheckpointConfig(_Strict):
     keep_last: int = Field(2, ge=1)
 
 
+# Names of runs, sweeps and MLflow experiments: they become folder names, MLflow search filters and
+# URL parts, so no quotes, '$(…)', slashes or newlines.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
 class TrackingConfig(_Strict):
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI or the run's SQLite store.")
-    experiment: str = "gmts-lab"
+    experiment: str = Field("gmts-lab", pattern=NAME_PATTERN, description="MLflow experiment (letters, digits, '.', '_', '-').")
     run_name: str | None = None
     parent_run_id: str | None = Field(None, description="Nest this run under a sweep's parent run.")
     tags: dict[str, str] = Field(default_factory=dict)
@@ -149,7 +154,7 @@ RUN_SEEDED_SECTIONS = ("learner", "selection", "rollout", "evaluation")
 
 
 class ExperimentConfig(_Strict):
-    name: str = Field("experiment", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    name: str = Field("experiment", pattern=NAME_PATTERN)
     output_dir: Path = Field(Path("runs"), description="Run folders (checkpoints, model caches, MLflow store) go here.")
     model: ModelConfig
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)

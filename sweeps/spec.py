@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.config import ExperimentConfig
+from orchestrator.config import NAME_PATTERN, ExperimentConfig
 from orchestrator.config_loader import ConfigError, apply_overrides, read_config_dict, validate
 from workers.learner.recipes import RECIPES, recipe_fields
 from workers.learner.selection import DENOMINATORS, SELECTION_METHODS, SelectionScope
@@ -153,7 +153,7 @@ class GridAxes(_Strict):
 
 
 class SweepSpec(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
     base: BaseExperiment
     grid: GridAxes = Field(default_factory=GridAxes)
@@ -166,7 +166,8 @@ class SweepSpec(_Strict):
     max_failures: int = Field(2, ge=0, json_schema_extra={"maximum": 100},
                               description="Restarts of a crashed trial (from its last checkpoint).")
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI or runs/mlflow.db.")
-    experiment: str = Field("gmts-lab", description="MLflow experiment of the parent and child runs.")
+    experiment: str = Field("gmts-lab", pattern=NAME_PATTERN,
+                            description="MLflow experiment of the parent and child runs (letters, digits, '.', '_', '-').")
 
     @model_validator(mode="after")
     def _points_use_known_axes(self) -> SweepSpec:

@@ -9,8 +9,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -20,9 +22,10 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from api.app import create_app
-from api.service import SUBMIT_GRACE_S
+from api.ray_jobs import RayJobs
+from api.service import SUBMIT_GRACE_S, ControlPlane
 from api.settings import ApiSettings
-from api.tracking import API_ID_TAG
+from api.tracking import API_ID_TAG, TrackingView
 from orchestrator.config_loader import load_experiment
 from sweeps.report import ablation_results
 from sweeps.spec import expand, load_spec
@@ -77,6 +80,46 @@ def test_health_needs_no_token_and_readiness_checks_ray_and_mlflow(settings, job
         response = anonymous.get("/readyz")
     assert response.status_code == 503
     assert response.json()["ray"].startswith("unreachable")
+
+
+class _RefusingHandler(BaseHTTPRequestHandler):
+    """Answers every request as a token-auth Ray dashboard does: 401 without a token, 403 with a wrong one."""
+
+    def do_GET(self) -> None:
+        status = 403 if self.headers.get("Authorization") else 401
+        body = b"Forbidden: Invalid authentication token" if status == 403 else b"Unauthorized: Missing authentication token"
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("token", "says"), [("wrong-token", "rejected the token"), (None, "wants a token and got none")])
+def test_readiness_tells_a_refused_token_from_an_unreachable_ray(settings, monkeypatch, token, says) -> None:
+    """The real Ray Jobs client against a loopback server that answers like a token-auth Ray head refusing
+    us (401/403). A stand-in, because the one real token-auth head of the suite is the slow integration
+    test's (it checks the same there); starting another costs ~10 s and 0.6 GB per run of this test."""
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)  # else Ray's client adds a token of its own
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        jobs = RayJobs(f"http://127.0.0.1:{server.server_address[1]}", token)
+        with TestClient(create_app(settings, jobs)) as anonymous:
+            response = anonymous.get("/readyz")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert response.status_code == 503
+    assert response.json()["ray"].startswith("refused: ") and says in response.json()["ray"], response.json()
+    assert "GMTS_RAY_AUTH_TOKEN" in response.json()["ray"] and response.json()["mlflow"] == "ok"
+    unreachable = RayJobs(f"http://127.0.0.1:{server.server_address[1]}", token)  # the server is gone now
+    with TestClient(create_app(settings, unreachable)) as anonymous:
+        assert anonymous.get("/readyz").json()["ray"].startswith("unreachable")
 
 
 def test_the_service_refuses_to_start_without_a_usable_token(tmp_path: Path, monkeypatch, settings) -> None:
@@ -224,6 +267,21 @@ def test_unknown_fields_are_rejected_by_name(client) -> None:
     _bad(client, sweep_body(base={"preset": "cpu-tiny-s", "overrides": {"training.stepz": 1}}), 422, "training.stepz")
     _bad(client, {"preset": "cpu-tiny-s", "overrides": {"model.colour": 1}}, 422, "overrides.model.colour",
          path="/v1/runs")
+
+
+@pytest.mark.parametrize("experiment", ["it's", "a$(id)", "two\nlines", "a/b", " gmts", ""])
+def test_an_experiment_name_is_held_to_the_name_pattern(client, jobs, experiment: str) -> None:
+    """The experiment reaches MLflow filters, folder names and URLs like ``name`` does: same pattern,
+    for a sweep's ``experiment`` and a run's ``tracking.experiment`` (also inside a sweep's base)."""
+    _bad(client, sweep_body(experiment=experiment), 422, "body.experiment: String should match pattern")
+    _bad(client, {"preset": "cpu-tiny-s", "overrides": {"tracking.experiment": experiment}}, 422,
+         "overrides.tracking.experiment: String should match pattern", path="/v1/runs")
+    nested = {"preset": "cpu-tiny-s", "overrides": {"tracking": {"experiment": experiment}}}
+    _bad(client, nested, 422, "overrides.tracking.experiment", path="/v1/runs")
+    assert not jobs.jobs
+    accepted = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"tracking.experiment": "ablation_2.1-b"}})
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["mlflow"]["experiment"] == "ablation_2.1-b"
 
 
 def _raw(client: TestClient, body: str, path: str = "/v1/sweeps"):
@@ -492,7 +550,9 @@ def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(setti
             assert response.status_code == 202, response.text
             body = response.json()
             assert body["status"] == "cancelled" and body["settled"] is False
-            assert f"driver process(es) [{driver.pid}] alive" in " ".join(body["warnings"])
+            sigterm = f"cancel: the job's driver (pid {driver.pid}) outlived Ray's stop; sent SIGTERM"
+            assert body["warnings"][0] == sigterm, body["warnings"]
+            assert f"driver process(es) [{driver.pid}] alive" in body["warnings"][-1]
             assert mlflow.get_run(parent).info.status == "KILLED"
             assert driver.poll() is None  # SIGTERM is ignored: only the escalation can end it
         # A new API process (the old one is gone): its background reconciler finishes the job.
@@ -504,10 +564,35 @@ def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(setti
             wait_for(lambda: mlflow.get_run(late.info.run_id).info.status == "KILLED", 30, 0.2, "the late run KILLED")
             wait_for(lambda: client.get(f"/v1/sweeps/{sweep['id']}").json()["settled"], 30, 0.2, "the record to settle")
             again = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
-            assert again.status_code == 200 and again.json()["status"] == "cancelled" and again.json()["warnings"] == []
+            assert again.status_code == 200 and again.json()["status"] == "cancelled"
+            # what it took, noted once each though this process sent SIGTERM again after the restart
+            sigkill = f"cancel: the job's driver (pid {driver.pid}) was still alive 8 s after SIGTERM; sent SIGKILL"
+            assert again.json()["warnings"] == [sigterm, sigkill]
+            assert client.get(f"/v1/sweeps/{sweep['id']}").json()["warnings"] == [sigterm, sigkill]
     finally:
         driver.kill()
         driver.wait()
+
+
+def test_a_cancel_that_had_to_kill_the_driver_says_so(settings, jobs) -> None:
+    """Ray says STOPPED but the job's driver (a real process with the job's command line; Ray is the fake
+    of conftest.py) is still there: the reaper's SIGTERM ends it, the cancel answers 200 — and says what
+    it had to kill."""
+    settings.cancel_wait_s = 30.0  # only the bound: the answer comes once a check finds nothing
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        run = client.post("/v1/runs", json={"preset": "cpu-tiny-s", "overrides": {"training.steps": 1}}).json()
+        jobs.set(run["ray_submission_id"], "RUNNING")
+        job_file = str(settings.state_dir / "jobs" / f"{run['id']}.yaml")
+        driver = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "api.job", "run", job_file])
+        try:
+            response = client.post(f"/v1/runs/{run['id']}/cancel")
+            assert driver.wait(timeout=30) == -signal.SIGTERM
+        finally:
+            driver.kill()
+            driver.wait()
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "cancelled"
+    assert response.json()["warnings"] == [f"cancel: the job's driver (pid {driver.pid}) outlived Ray's stop; sent SIGTERM"]
 
 
 def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
@@ -580,6 +665,37 @@ def test_job_files_are_not_world_readable_or_shared(client, settings) -> None:
     job_file = settings.state_dir / "jobs" / f"{sweep['id']}.yaml"
     assert yaml.safe_load(job_file.read_text())["name"] == "api-test"
     assert os.stat(job_file).st_mode & 0o077 == 0
+
+
+def _modes(folder: Path) -> dict[str, str]:
+    return {str(path.relative_to(folder)): oct(path.stat().st_mode & 0o777) for path in [folder, *folder.rglob("*")]}
+
+
+def test_every_folder_and_file_the_service_makes_is_owner_only(settings, jobs, tmp_path: Path) -> None:
+    """A state dir left 0755 (made by hand, or by an older version) is tightened; what the service creates
+    — folders with their missing parents, job files, each submission's run folder — is 0700/0600."""
+    (tmp_path / "new").mkdir(mode=0o755)
+    settings = ApiSettings(api_token=TOKEN, state_dir=tmp_path / "new" / "parent" / "state",
+                           allowed_roots=settings.allowed_roots, mlflow_tracking_uri=settings.mlflow_tracking_uri)
+    with TestClient(create_app(settings, jobs), headers=bearer()) as client:
+        sweep, run = _submit(client), client.post("/v1/runs", json={"preset": "cpu-tiny-s"}).json()
+        assert run["status"] == "pending", run
+    modes = _modes(settings.state_dir)
+    folders = {".", "jobs", "runs", f"runs/{sweep['id']}", f"runs/{run['id']}"}
+    assert {name: mode for name, mode in modes.items() if name in folders} == dict.fromkeys(folders, "0o700")
+    assert {name: mode for name, mode in modes.items() if name not in folders} == dict.fromkeys(
+        set(modes) - folders, "0o600")
+    assert {"api.db", f"jobs/{sweep['id']}.yaml", f"jobs/{run['id']}.yaml"} <= set(modes)
+    assert oct((tmp_path / "new" / "parent").stat().st_mode & 0o777) == "0o700"  # created by the service
+    assert oct((tmp_path / "new").stat().st_mode & 0o777) == "0o755"  # not the service's: left alone
+
+    settings.state_dir.chmod(0o755)
+    (settings.state_dir / "runs").chmod(0o755)
+    settings.mlflow_tracking_uri = None  # the default store, sqlite:///<state>/mlflow.db
+    plane = ControlPlane(settings, jobs, TrackingView(settings.tracking_uri(), None))
+    plane.close()
+    modes = _modes(settings.state_dir)
+    assert (modes["."], modes["runs"], modes["mlflow.db"]) == ("0o700", "0o700", "0o600")
 
 
 def test_the_state_database_and_its_wal_files_are_owner_only(settings, jobs) -> None:

@@ -39,9 +39,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
+from api.app import create_app
 from api.ray_jobs import RayJobs
+from api.settings import ApiSettings
 from api.tracking import API_ID_TAG
 from sweeps.report import ablation_results
 from sweeps.tracking import PARENT_TAG
@@ -308,6 +311,12 @@ def api(stack: Stack) -> ApiProcess:
     return stack.api
 
 
+def _modes(folder: Path) -> dict[str, str]:
+    """Every folder and file under ``folder`` (itself too; links not followed) → its permission bits."""
+    return {str(path.relative_to(folder)): oct(path.lstat().st_mode & 0o777)
+            for path in [folder, *folder.rglob("*")] if not path.is_symlink()}
+
+
 def _ray_status(ray_url: str, submission_id: str) -> str:
     from ray.job_submission import JobSubmissionClient
 
@@ -327,6 +336,12 @@ def test_sweeps_over_rest_against_real_ray_and_mlflow(api: ApiProcess, ray_head:
     assert api.call("GET", "/readyz").json() == {"ready": True, "ray": "ok", "mlflow": "ok"}
     assert httpx.get(f"{ray_head}/api/jobs/", timeout=10).status_code == 401  # the cluster really wants a token
     assert api.call("GET", "/v1/sweeps", headers=bearer("not-the-token-at-all")).status_code == 401
+    # A service holding a wrong Ray token: Ray answers, so /readyz says refused, not unreachable.
+    wrong = ApiSettings(api_token=TOKEN, state_dir=work / "wrong-ray-token", ray_address=ray_head,
+                        ray_auth_token="not-the-cluster-token-" + secrets.token_hex(8), mlflow_tracking_uri=mlflow_server)
+    with TestClient(create_app(wrong)) as anonymous:
+        ready = anonymous.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["ray"].startswith("refused: the Ray cluster rejected the token")
 
     # 1. submit
     response = api.call("POST", "/v1/sweeps", json=_sweep("it-first"), headers={"Idempotency-Key": "it-first"})
@@ -378,6 +393,12 @@ def test_sweeps_over_rest_against_real_ray_and_mlflow(api: ApiProcess, ray_head:
     assert logs["lines"]
     listed = {item["id"]: item["status"] for item in api.call("GET", "/v1/sweeps").json()["items"]}
     assert listed == {first["id"]: "succeeded", second["id"]: "cancelled"}
+    # Owner-only all through: the state the service wrote and what the job wrote under runs/<id>/ — its
+    # driver (sweep.json, the report) and its Ray workers (each trial's run folder and files) alike.
+    outputs = _modes(work / "state" / "runs" / first["id"])
+    trial_files = [name for name in outputs if name.endswith("-t000/base_reference.pt")]  # written in the trial
+    assert f"{first['id']}/sweep.json" in outputs and trial_files, sorted(outputs)
+    assert {name: mode for name, mode in _modes(work / "state").items() if mode not in ("0o700", "0o600")} == {}
     print("timings (s since the first submit):", {k: round(v) for k, v in timings.items()})
 
 

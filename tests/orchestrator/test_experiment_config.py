@@ -37,7 +37,8 @@ def test_algorithm_defaults_follow_the_papers_and_explicit_fields_win():
     "override,field",
     [("selection.ratio=2.0", "selection.ratio"), ("selection.method=magic", "selection.method"),
      ("learner.zero_stage=7", "learner.zero_stage"), ("model.hidden_size=100", "model.num_attention_heads"),
-     ("rollout.unknown=1", "rollout.unknown"), ("evaluation.k=4", "evaluation")],
+     ("rollout.unknown=1", "rollout.unknown"), ("evaluation.k=4", "evaluation"),
+     ('tracking.experiment="$(id)"', "tracking.experiment")],
 )
 def test_errors_name_the_field(override, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

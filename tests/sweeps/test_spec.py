@@ -38,6 +38,13 @@ def test_ratio_zero_is_named(write_spec) -> None:
     assert "grid.ratio" in message and "ratio[1]=0.0" in message
 
 
+def test_an_experiment_name_with_shell_text_is_named(write_spec) -> None:
+    path = write_spec(experiment="gmts'; $(id)")
+    with pytest.raises(ConfigError) as excinfo:
+        load_spec(path)
+    assert "experiment" in str(excinfo.value) and "pattern" in str(excinfo.value)
+
+
 def test_method_needing_a_ratio_without_one_names_trial_and_field(write_spec, preset_file: Path) -> None:
     # The base preset has a ratio; an explicit trial through a base whose ratio is removed has none.
     path = write_spec(base={"preset": str(preset_file), "overrides": {"selection.ratio": None}}, grid={"method": ["ets"]})
