@@ -240,7 +240,11 @@ def owner_only_dir(path: Path) -> Path:
         folder.mkdir(mode=0o700, exist_ok=True)
         folder.chmod(0o700)  # mkdir's mode passes through the umask
     if stat.S_IMODE(path.stat().st_mode) != 0o700:
-        path.chmod(0o700)
+        try:
+            path.chmod(0o700)
+        except PermissionError:
+            raise PermissionError(f"{path} is not owner-only (0700) and this user cannot make it so: the service's "
+                                  "folders (GMTS_STATE_DIR) must belong to the user that runs it") from None
     return path
 
 
