@@ -1,8 +1,8 @@
 """``gmts serve`` listens at once and imports the app behind it in a thread.
 
 Importing the app means importing the request models (``sweeps.spec`` → ``orchestrator.config`` →
-the worker configs, torch among them) and MLflow: ≈ 14 s of CPU, over a minute on two loaded cores,
-and issue 16 measured ≈ 60 s before ``/healthz`` answered after a restart. ``/healthz`` only says that
+the worker configs, torch among them) and MLflow: ≈ 14 s of CPU, up to a minute on two loaded cores, during
+which a restarted service would look dead to a health check. ``/healthz`` only says that
 the process is up, so this wrapper answers it from the first moment; every other request waits for
 the app (then goes to it as if nothing happened) and gets 503 naming the error if loading failed,
 which also ends the process. The reconciler starts once the app is loaded.

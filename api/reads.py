@@ -1,8 +1,8 @@
 """List and get responses as ready JSON bytes, rebuilt only when the submission store has changed.
 
 Between two reconciler passes (every ``GMTS_RECONCILE_INTERVAL_S``) nothing a list or get shows can
-change, but clients poll far more often than that: issue 16 asked for p99 ≤ 200 ms with 50 concurrent
-clients on a busy 2-core machine, where every millisecond of CPU per request is queued 50 times.
+change, but clients poll far more often than that; the target is p99 ≤ 200 ms with 50 concurrent
+clients on a busy 2-core machine (benchmarks/api_reads.py), where every millisecond of CPU per request is queued 50 times.
 A cached read is a dict lookup on the event loop (no SQLite query, no pydantic validation, no
 thread-pool hop); a miss builds the body in the thread pool, since SQLite blocks.
 

@@ -22,7 +22,7 @@ processes of one session, and Ray starts job drivers in sessions of their own, s
 the nice value of each of those processes *and* of its session's autogroup (/proc/PID/autogroup),
 again every second while the load runs (trials start actors on the way).
 
-Targets (issue 16): p99 ≤ 200 ms, /healthz ≤ 5 s. Unlike the other benchmarks these are absolute
+Targets: p99 ≤ 200 ms, /healthz ≤ 5 s. Unlike the other benchmarks these are absolute
 times, because the targets are: they depend on the machine's load (recorded in the report).
 Everything started here is stopped here, by process group and recorded descendants (never
 ``ray stop``, which would stop other users' clusters too).

@@ -18,7 +18,7 @@ only, the ``positive_data_acceptance`` check also expects 413/422 (and ``negativ
 counts 413 as the rejection it is). Everything the schema *can* say
 it says (preset non-empty, grid axes non-empty with their value ranges and enums, axis names in
 ``trials``/``exclude``, the limits of api/limits.py on trial counts); test_schema_says_what_is_accepted
-pins the findings of issue 16 so that the allowance cannot hide them again.
+pins what an attacker-style review found, so that the allowance cannot hide them again.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A run started with ``ray job submit --working-dir .`` and no tracking URI must not log silently into
-Ray's temporary working-dir copy (issue 16): it refuses, naming MLFLOW_TRACKING_URI and the field.
+Ray's temporary working-dir copy: it refuses, naming MLFLOW_TRACKING_URI and the field.
 
 Ray's copy is imitated by a folder of the same shape (``…/runtime_resources/working_dir_files/
 _ray_pkg_<hash>/``) that the job's working directory is: what the code looks at is the path alone.
