@@ -4,8 +4,7 @@ Status is Ray's, progress is MLflow's, and both reach a reader through SQLite: t
 reconciler (``reconcile_once``, every ``GMTS_RECONCILE_INTERVAL_S``) settles every unfinished record
 from one listing of Ray's jobs and copies each live record's MLflow progress (parent run, trial
 counts) into its row. List and get requests read that row and nothing else, so a slow or unreachable
-Ray or MLflow never slows them down (when each list asked Ray and MLflow, 50 concurrent lists took
-seconds: benchmarks/RESULTS.md, api_reads). Actions (submit, cancel, logs, results) do talk to Ray or MLflow. When a job ends, MLflow
+Ray or MLflow never slows them down (a list that asked them would pay their latency once per client). Actions (submit, cancel, logs, results) do talk to Ray or MLflow. When a job ends, MLflow
 runs it left open are closed — KILLED after a cancel (or any ``ray job stop``), FAILED after a crash
 or for trial attempts that died and were restarted — so that the MLflow UI never shows a dead sweep
 as running.
