@@ -94,9 +94,9 @@ def up(*, ports: Ports, ray_address: str | None = None, ray_token_file: Path | N
     notes: dict[str, str] = {}
     started: list[str] = []
     try:
-        _choose_ray(stack, home, ray_address, ray_token_file, notes)
-        _choose_mlflow(stack, home, tracking_uri, notes)
-        _choose_api(stack, home, notes)
+        _choose_ray(stack, ray_address, ray_token_file, notes)
+        _choose_mlflow(stack, tracking_uri, notes)
+        _choose_api(stack, notes)
         launches = [part for part in PARTS if stack.get(part) is None]
         _check_ports(launches, ports)
         for part in launches:  # side by side: each start is seconds to a minute of imports
@@ -117,7 +117,7 @@ def up(*, ports: Ports, ray_address: str | None = None, ray_token_file: Path | N
     return stack
 
 
-def _choose_ray(stack: dict, home: Path, address: str | None, token_file: Path | None, notes: dict) -> None:
+def _choose_ray(stack: dict, address: str | None, token_file: Path | None, notes: dict) -> None:
     """Keep a healthy Ray head of ours or the named cluster; None = start one."""
     ray = stack.get("ray")
     if address:
@@ -135,7 +135,7 @@ def _choose_ray(stack: dict, home: Path, address: str | None, token_file: Path |
     stack["ray"] = _keep_if_healthy(ray, _ray_problem, notes)
 
 
-def _choose_mlflow(stack: dict, home: Path, tracking_uri: str | None, notes: dict) -> None:
+def _choose_mlflow(stack: dict, tracking_uri: str | None, notes: dict) -> None:
     mlflow = stack.get("mlflow")
     if tracking_uri:
         if mlflow and not mlflow.get("external") and _alive(mlflow):
@@ -153,7 +153,7 @@ def _choose_mlflow(stack: dict, home: Path, tracking_uri: str | None, notes: dic
     stack["mlflow"] = _keep_if_healthy(mlflow, _mlflow_problem, notes)
 
 
-def _choose_api(stack: dict, home: Path, notes: dict) -> None:
+def _choose_api(stack: dict, notes: dict) -> None:
     api = stack.get("api")
     # An API started against another Ray or MLflow than the stack's now is restarted with the new ones.
     if api and stack["ray"] and stack["mlflow"] and (
@@ -560,7 +560,7 @@ def _write_stack(home: Path, stack: dict) -> None:
     temp = home / "stack.json.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
-        json.dump(stack, handle, indent=2)
+        json.dump({key: value for key, value in stack.items() if value is not None}, handle, indent=2)
     os.replace(temp, home / "stack.json")
 
 

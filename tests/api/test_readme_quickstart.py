@@ -6,8 +6,9 @@ folder and free ports through the environment (GMTS_PORT, GMTS_MLFLOW_PORT, GMTS
 GMTS_RAY_DASHBOARD_PORT), so it shares nothing with a stack the user may run; the model cache
 ~/.cache/gmts-lab is the user's, so the cpu-smoke warm-up comes from it. Each command must exit 0,
 the sweep must succeed with a two-row table, curl must list it, and after ``gmts down`` no process
-that ``gmts up`` started (nor any descendant of theirs) may be alive, while Ray clusters that were
-running before the test still are.
+that ``gmts up`` started (nor any descendant of theirs) may be alive, while a process named like Ray's
+(what ``ray stop`` would kill) still is. After ``gmts up`` the test also runs ``AFTER_UP``: a second
+``gmts up`` must start nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from tests.api.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "<!-- quickstart-rest: run as written by tests/api/test_readme_quickstart.py -->"
+# After the block's first command (gmts up): a second `gmts up` starts nothing, `gmts status` sees all.
+AFTER_UP = ["gmts up", "gmts status"]
 SNAPSHOT = """import json, os, psutil, sys
 rows = []
 for p in psutil.process_iter(["pid", "ppid", "create_time"]):
@@ -102,8 +105,9 @@ def test_readme_quickstart_runs_as_written() -> None:
                GMTS_TEST_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
                # this checkout's code, also where the venv's editable install points at another one
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
-    others = {p.pid: p.create_time() for p in psutil.process_iter(["name"])
-              if p.info["name"] in ("raylet", "gcs_server")}
+    # Another "Ray" of ours: gmts down must not touch it (ray stop would, by its name).
+    decoy = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 3000"], start_new_session=True)
+    commands = [commands[0], *AFTER_UP, *commands[1:]]
     try:
         done = subprocess.run(["bash", "-c", _script(commands, out), "quickstart", str(work)], env=env,
                               capture_output=True, text=True, timeout=2700, check=False)
@@ -115,6 +119,9 @@ def test_readme_quickstart_runs_as_written() -> None:
             assert rc == 0, f"{doc.name}: `{command}` exited {rc}\n{stdout[-3000:]}\n{stderr[-3000:]}"
             outputs.append(stdout)
         by_name = {command.split("#")[0].strip(): text for command, text in zip(commands, outputs)}
+        assert outputs[1].count("already running") == 3, outputs[1]
+        assert json.loads((out / "stack.0").read_text()) == json.loads((out / "stack.1").read_text())
+        assert outputs[2].count("running") == 3, outputs[2]
 
         sweep_id = by_name["gmts sweep submit cpu-smoke"].strip()
         assert re.fullmatch(r"sw-[0-9a-f]{16}", sweep_id), by_name["gmts sweep submit cpu-smoke"]
@@ -136,7 +143,7 @@ def test_readme_quickstart_runs_as_written() -> None:
         assert len(family) > 10  # Ray's gcs_server, raylet, dashboard, workers; MLflow's workers …
         times = {row["pid"]: row["create_time"] for row in rows}
         assert [pid for pid in family if _alive(pid, times[pid])] == []
-        assert [pid for pid, created in others.items() if not _alive(pid, created)] == []
+        assert decoy.poll() is None
         assert json.loads((home / "stack.json").read_text()) == {"home": str(home)}
 
         # owner-only: the folder, tokens, stack.json, logs, stores (Ray's temp dir is world-writable by
@@ -148,6 +155,8 @@ def test_readme_quickstart_runs_as_written() -> None:
                  and path != home / "ray" and path.stat().st_mode & 0o077]
         assert loose == []
     finally:
+        decoy.kill()
+        decoy.wait()
         if (home / "stack.json").exists():  # whatever the block left running
             subprocess.run([sys.executable, "-m", "api.cli", "down"], env=env, cwd=REPO, timeout=300, check=False)
         if not os.environ.get("GMTS_IT_KEEP"):
