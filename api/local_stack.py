@@ -427,30 +427,38 @@ def down(say: Callable[[str], None] = print) -> int:
     return stopped
 
 
-def _stop_part(record: dict | None, grace: float = 20.0) -> list[int]:
-    """SIGTERM to the part's process group and to every descendant (Ray starts job drivers in sessions of
-    their own), one grace period, then SIGKILL to what is left; checks that nothing of it is alive."""
+def _stop_part(record: dict | None, grace: float = 30.0) -> list[int]:
+    """SIGTERM to the recorded process, up to ``grace`` seconds for it to end its own children, then
+    SIGTERM to every process of its group and every descendant seen before or after (Ray starts job
+    drivers in sessions of their own), 5 s, SIGKILL to what is left; checks that nothing of it is alive.
+
+    The leader goes first because `ray start --block` shuts its node down in order within seconds,
+    while gcs_server and raylet signalled directly wait out a drain period of their own."""
     if record is None or record.get("external"):
         return []
-    family = _family(record)
-    if not family:
-        return []
-    for proc in family:
-        try:
-            proc.terminate()  # psutil refuses a pid that now belongs to another process
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    _, alive = psutil.wait_procs(family, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
+    family = {proc.pid: proc for proc in _family(record)}
+    leader = _process(record)
+    if leader is not None:
+        _signal([leader], psutil.Process.terminate)
+        psutil.wait_procs([leader], timeout=grace)
+    family.update((proc.pid, proc) for proc in _family(record))
+    rest = [proc for proc in family.values() if _running(proc)]
+    _signal(rest, psutil.Process.terminate)
+    _, alive = psutil.wait_procs(rest, timeout=5)
+    _signal(alive, psutil.Process.kill)
     _, alive = psutil.wait_procs(alive, timeout=10)
     left = [proc.pid for proc in alive if _running(proc)]
     if left:
         raise StackError(f"the {TITLES[record['part']]}'s processes {left} survived SIGKILL")
-    return [proc.pid for proc in family]
+    return sorted(family)
+
+
+def _signal(procs: list[psutil.Process], send: Callable[[psutil.Process], None]) -> None:
+    for proc in procs:
+        try:
+            send(proc)  # psutil refuses a pid that now belongs to another process
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
 
 
 def _family(record: dict) -> list[psutil.Process]:
@@ -458,10 +466,12 @@ def _family(record: dict) -> list[psutil.Process]:
     its process group (children whose parent died are re-parented, but keep the group)."""
     found: dict[int, psutil.Process] = {}
     leader = _process(record)
-    if leader is not None:
-        found[leader.pid] = leader
-        for child in leader.children(recursive=True):
-            found[child.pid] = child
+    try:
+        if leader is not None:
+            found[leader.pid] = leader
+            found.update((child.pid, child) for child in leader.children(recursive=True))
+    except psutil.NoSuchProcess:
+        pass
     for proc in psutil.process_iter():
         try:
             if os.getpgid(proc.pid) == record["pgid"] and proc.create_time() >= record["create_time"] - 1:

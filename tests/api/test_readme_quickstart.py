@@ -8,7 +8,8 @@ GMTS_RAY_DASHBOARD_PORT), so it shares nothing with a stack the user may run; th
 the sweep must succeed with a two-row table, curl must list it, and after ``gmts down`` no process
 that ``gmts up`` started (nor any descendant of theirs) may be alive, while a process named like Ray's
 (what ``ray stop`` would kill) still is. After ``gmts up`` the test also runs ``AFTER_UP``: a second
-``gmts up`` must start nothing.
+``gmts up`` must start nothing, and ``gmts up --ray-address … --tracking-uri …`` in another folder
+only an API, which its ``gmts down`` stops alone.
 """
 
 from __future__ import annotations
@@ -30,8 +31,15 @@ from tests.api.support import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 MARKER = "<!-- quickstart-rest: run as written by tests/api/test_readme_quickstart.py -->"
-# After the block's first command (gmts up): a second `gmts up` starts nothing, `gmts status` sees all.
-AFTER_UP = ["gmts up", "gmts status"]
+# After the block's first command (gmts up): a second `gmts up` starts nothing, `gmts status` sees all,
+# and a stack of its own in another folder puts only an API in front of that Ray head and MLflow server.
+AFTER_UP = [
+    "gmts up",
+    "gmts status",
+    'GMTS_HOME="$1/home2" GMTS_PORT=$GMTS_PORT2 gmts up --ray-address "http://127.0.0.1:$GMTS_RAY_DASHBOARD_PORT"'
+    ' --ray-token-file "$GMTS_HOME/ray-token" --tracking-uri "http://127.0.0.1:$GMTS_MLFLOW_PORT"',
+    'GMTS_HOME="$1/home2" gmts down',
+]
 SNAPSHOT = """import json, os, psutil, sys
 rows = []
 for p in psutil.process_iter(["pid", "ppid", "create_time"]):
@@ -102,7 +110,7 @@ def test_readme_quickstart_runs_as_written() -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith(("GMTS_", "RAY_", "MLFLOW_"))}
     env.update(GMTS_HOME=str(home), GMTS_PORT=str(free_port()), GMTS_MLFLOW_PORT=str(free_port()),
                GMTS_RAY_PORT=str(free_port()), GMTS_RAY_DASHBOARD_PORT=str(free_port()),
-               GMTS_TEST_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+               GMTS_PORT2=str(free_port()), GMTS_TEST_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
                # this checkout's code, also where the venv's editable install points at another one
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
     # Another "Ray" of ours: gmts down must not touch it (ray stop would, by its name).
@@ -122,6 +130,9 @@ def test_readme_quickstart_runs_as_written() -> None:
         assert outputs[1].count("already running") == 3, outputs[1]
         assert json.loads((out / "stack.0").read_text()) == json.loads((out / "stack.1").read_text())
         assert outputs[2].count("running") == 3, outputs[2]
+        assert "existing cluster" in outputs[3] and "existing server" in outputs[3], outputs[3]
+        assert re.search(r"API .* started \(pid \d+\)", outputs[3]), outputs[3]
+        assert outputs[4].startswith("API: stopped (1 process(es)") and "Ray" not in outputs[4], outputs[4]
 
         sweep_id = by_name["gmts sweep submit cpu-smoke"].strip()
         assert re.fullmatch(r"sw-[0-9a-f]{16}", sweep_id), by_name["gmts sweep submit cpu-smoke"]
