@@ -1,6 +1,6 @@
 """A small typed client of the REST API (httpx), used by the ``gmts`` CLI.
 
-    client = GmtsClient.from_env()          # GMTS_API_URL, GMTS_API_TOKEN or GMTS_API_TOKEN_FILE
+    client = GmtsClient.from_env()          # GMTS_API_URL, GMTS_API_TOKEN[_FILE], else the stack of `gmts up`
     sweep = client.submit_sweep(yaml.safe_load(open("spec.yaml")), idempotency_key="demo-1")
     sweep = client.wait(sweep.id)
     table = client.sweep_results(sweep.id).results
@@ -32,6 +32,18 @@ class ApiError(Exception):
         self.status = status
         self.message = message
 
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: no answer at all, or a proxy/server saying it is (re)starting."""
+        return isinstance(self, ApiUnreachable) or self.status in (502, 503, 504)
+
+
+class ApiUnreachable(ApiError):
+    """No answer from the URL (connection refused, timeout): the service is down or restarting."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(None, message)
+
 
 class GmtsClient:
     def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, transport: httpx.BaseTransport | None = None) -> None:
@@ -40,14 +52,21 @@ class GmtsClient:
 
     @classmethod
     def from_env(cls, base_url: str | None = None, **kwargs: Any) -> GmtsClient:
-        url = base_url or os.environ.get("GMTS_API_URL") or (
+        """GMTS_API_URL and GMTS_API_TOKEN (or GMTS_API_TOKEN_FILE) first; else the URL and token file that
+        ``gmts up`` recorded in ``$GMTS_HOME/stack.json``; else http://$GMTS_HOST:$GMTS_PORT."""
+        from api.local_stack import read_stack, stack_home
+
+        stack_api = ((read_stack() or {}).get("api") or {})
+        url = base_url or os.environ.get("GMTS_API_URL") or stack_api.get("url") or (
             f"http://{os.environ.get('GMTS_HOST', '127.0.0.1')}:{os.environ.get('GMTS_PORT', '8000')}")
         token = os.environ.get("GMTS_API_TOKEN", "").strip()
-        if not token and os.environ.get("GMTS_API_TOKEN_FILE"):
-            token = Path(os.environ["GMTS_API_TOKEN_FILE"]).expanduser().read_text().strip()
+        token_file = os.environ.get("GMTS_API_TOKEN_FILE") or (None if token else stack_api.get("token_file"))
+        if not token and token_file:
+            token = Path(token_file).expanduser().read_text().strip()
         if not token:
             raise ApiError(None, "no API token: set GMTS_API_TOKEN (or GMTS_API_TOKEN_FILE) to the token "
-                                 "the service was started with")
+                                 f"the service was started with, or start one with `gmts up` (it records its "
+                                 f"token in {stack_home() / 'stack.json'})")
         return cls(url, token, **kwargs)
 
     def close(self) -> None:
@@ -63,8 +82,9 @@ class GmtsClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            raise ApiError(None, f"cannot reach the gmts API at {self._http.base_url} ({type(exc).__name__}: {exc}); "
-                                 "is `gmts serve` running there? (the URL comes from --url or GMTS_API_URL)") from None
+            raise ApiUnreachable(f"cannot reach the gmts API at {self._http.base_url} ({type(exc).__name__}: {exc}); "
+                                 "is `gmts serve` running there? (the URL comes from --url, GMTS_API_URL or "
+                                 "`gmts up`'s stack.json; `gmts status` shows the local stack)") from None
         if response.is_error and not (path == "/readyz" and response.status_code == 503):
             try:
                 message = response.json()["message"]

@@ -22,6 +22,14 @@ from api.settings import ApiSettings
 from tests.api.support import TOKEN, FakeJobs, serve
 
 
+@pytest.fixture(autouse=True)
+def gmts_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder of its own as GMTS_HOME: no test reads or writes the user's `gmts up` stack."""
+    home = tmp_path / "gmts-home"
+    monkeypatch.setenv("GMTS_HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def roots(tmp_path: Path) -> Path:
     """The one allowed root of model/data paths in these tests (the state dir is allowed too)."""
