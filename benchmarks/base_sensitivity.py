@@ -51,7 +51,9 @@ def run(smoke: bool) -> dict:
 
 def _score(preset: str, factor: float, limit: int | None) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from workers.models.char_tokenizer import load_tokenizer
 
     from orchestrator.base_policy import base_checksum, prepare_policy
     from orchestrator.config_loader import load_experiment
@@ -62,7 +64,7 @@ def _score(preset: str, factor: float, limit: int | None) -> dict:
     steps = round(config.warmup.steps * factor)
     config = load_experiment(preset, [f"warmup.steps={steps}"])
     policy = prepare_policy(config)
-    tokenizer = AutoTokenizer.from_pretrained(policy)
+    tokenizer = load_tokenizer(policy)
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
     spec = config.data.eval[TEST_SET]
     problems = load_dataset(spec if limit is None else spec.model_copy(update={"limit": limit}))

@@ -195,14 +195,16 @@ def _compare(scale: Scale) -> dict:
 def _run_trl(config, policy_dir, steps: int, threads: int) -> tuple[list[float], dict]:
     """Seconds per TRL iteration (one generation batch + one optimiser step), and the settings used."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    from workers.models.char_tokenizer import load_tokenizer
     from trl import GRPOTrainer
 
     from orchestrator.data import chat_messages, load_dataset, prompt_token_ids
     from workers.reward.scorer import RewardScorer
 
     torch.set_num_threads(threads)
-    tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+    tokenizer = load_tokenizer(policy_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     problems = load_dataset(config.data.train)

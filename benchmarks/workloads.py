@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import load_experiment
 from orchestrator.data import load_dataset, prompt_token_ids
+from workers.models.char_tokenizer import load_tokenizer
 from workers.models.materialize import materialize_model
 from workers.problem import Problem
 
@@ -29,7 +30,7 @@ def preset_workload(label: str, preset: str, num_prompts: int, overrides: list[s
     # Benchmarks run engines in their own process at its --threads; a preset's per-actor count is for actors.
     config = load_experiment(preset, ["rollout.threads_per_actor=null", *(overrides or [])])
     model_dir = materialize_model(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = load_tokenizer(model_dir)
     spec = config.data.train.model_copy(update={"limit": max(num_prompts, config.data.train.limit or 0)})
     problems = load_dataset(spec)[:num_prompts]
     if len(problems) < num_prompts:

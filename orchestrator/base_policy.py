@@ -15,11 +15,11 @@ import logging
 from pathlib import Path
 
 from filelock import FileLock
-from transformers import AutoTokenizer
 
 from orchestrator.config import ExperimentConfig
 from orchestrator.data import load_dataset, prompt_token_ids
 from workers.learner.sft import CHECKSUM_FILE, folder_checksum, supervised_warmup
+from workers.models.char_tokenizer import load_tokenizer
 from workers.models.materialize import materialize_model
 
 logger = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ def prepare_policy(config: ExperimentConfig) -> Path:
             verify_checksum(out_dir)
             logger.info("Base policy from cache: %s (sha256 %s)", out_dir, base_checksum(out_dir))
             return out_dir
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        tokenizer = load_tokenizer(model_dir)
         spec = config.data.train.model_copy(update={"limit": config.warmup.examples})
         examples = [
             (prompt_token_ids(problem, tokenizer, config.data.prompt_template),

@@ -41,7 +41,6 @@ from pathlib import Path
 
 import ray
 import torch
-from transformers import AutoTokenizer
 
 from orchestrator import checkpointing
 from orchestrator.base_policy import policy_checksum, prepare_policy
@@ -59,6 +58,7 @@ from orchestrator.rollout_step import advantages_of, collect
 from orchestrator.tracking import RunTracker
 from workers.learner.batch import TrainBatch
 from workers.learner.group import LearnerGroup
+from workers.models.char_tokenizer import load_tokenizer
 from workers.reward.actor import RewardWorker
 from workers.rollout.actor import RolloutGroup
 from workers.weights.broadcast import choose_backend
@@ -204,7 +204,7 @@ def train(
         with phase("preparing the base policy (warm-up on first use, cached after)"):
             policy_dir = prepare_policy(config)
         tracker.log_base_checksum(policy_checksum(config, policy_dir))
-        tokenizer = AutoTokenizer.from_pretrained(policy_dir)
+        tokenizer = load_tokenizer(policy_dir)
         train_problems = load_dataset(config.data.train)
         sampler = PromptSampler(train_problems, config.data.prompts_per_step, seed=config.training.seed)
         eval_sets = {name: load_dataset(spec) for name, spec in config.data.eval.items()}

@@ -11,6 +11,7 @@ and vLLM stops on it because ``config.json``/``generation_config.json`` name it 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -53,3 +54,20 @@ def save_char_tokenizer(folder: Path) -> PreTrainedTokenizerFast:
     tokenizer = build_char_tokenizer()
     tokenizer.save_pretrained(folder)
     return tokenizer
+
+
+def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer of a model folder: ``AutoTokenizer``'s, except for a folder holding this character tokenizer.
+
+    On a folder whose ``config.json`` says ``qwen2`` (the tiny model's), transformers forces Qwen2's tokenizer
+    class whatever ``tokenizer_config.json`` names, and Qwen2's byte-level pre-tokenizer replaces ours: it drops
+    the space (mapped outside the vocabulary) and groups runs of symbols. The character tokenizer is recognised by
+    its vocabulary and loaded as the plain fast tokenizer its ``tokenizer.json`` describes."""
+    from transformers import AutoTokenizer
+
+    tokenizer_file = Path(folder) / "tokenizer.json"
+    # A character vocabulary is a few hundred bytes of JSON; a real one is megabytes and is never parsed here.
+    if tokenizer_file.is_file() and tokenizer_file.stat().st_size < 16_384:
+        if json.loads(tokenizer_file.read_text()).get("model", {}).get("vocab") == VOCAB:
+            return PreTrainedTokenizerFast.from_pretrained(folder)
+    return AutoTokenizer.from_pretrained(folder)

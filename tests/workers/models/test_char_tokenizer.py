@@ -1,7 +1,7 @@
 import pytest
 from transformers import AutoTokenizer
 
-from workers.models.char_tokenizer import CHARACTERS, VOCAB, build_char_tokenizer, save_char_tokenizer
+from workers.models.char_tokenizer import CHARACTERS, VOCAB, build_char_tokenizer, load_tokenizer, save_char_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -39,3 +39,19 @@ def test_eos_is_dropped_when_skipping_special_tokens(saved_tokenizer):
 def test_characters_outside_the_vocabulary_raise(saved_tokenizer):
     with pytest.raises(Exception, match="UNK|unk"):
         saved_tokenizer("x=1")
+
+
+def test_autotokenizer_on_a_model_folder_keeps_every_character(tmp_path):
+    """Beside a Qwen2 ``config.json`` AutoTokenizer forces Qwen2's tokenizer class, whose byte-level
+    pre-tokenizer drops spaces ("3+4=7 6" lost its space) and groups runs of symbols; ``load_tokenizer`` loads
+    the character tokenizer the folder holds."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(vocab_size=len(VOCAB)).save_pretrained(tmp_path)
+    save_char_tokenizer(tmp_path)
+    assert 17 not in AutoTokenizer.from_pretrained(tmp_path)("7 6", add_special_tokens=False)["input_ids"]
+    tokenizer = load_tokenizer(tmp_path)
+    for text in ("3+4=7 6+2=8 87", "1+-2", "  9 "):
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert ids == [VOCAB[c] for c in text], text
+        assert tokenizer.batch_decode([ids + [tokenizer.eos_token_id]], skip_special_tokens=True)[0] == text
