@@ -1,0 +1,89 @@
+"""The worked-addition task: long answers, the right roles for every character, exact-match reward."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from orchestrator.data.arithmetic import arithmetic_problems
+from orchestrator.data.config import ArithmeticOptions
+from orchestrator.data.worked_addition import DECISION_ROLES, roles_of, worked_answer
+from workers.models.char_tokenizer import CHARACTERS
+from workers.reward.arithmetic_verifier import verify_arithmetic
+
+
+def test_a_known_sum_written_out_with_its_roles() -> None:
+    answer, roles = worked_answer(347, 285, 3)
+    assert answer == "7+5=12 4+8+1=13 3+2+1=6 632"
+    assert roles == "ofoc" "dd" "f" "ofocff" "dd" "f" "ofocff" "d" "f" "aaa"
+    answer, roles = worked_answer(120, 5, 3)
+    assert answer == "0+5=5 2+0=2 1+0=1 125" and roles == "ofocd" "f" "ofocd" "f" "ofocd" "f" "aaa"
+
+
+def _reference_roles(a: int, b: int, digits: int) -> str:
+    """An independent labelling: which characters could differ between two problems sharing the prefix."""
+    answer, _ = worked_answer(a, b, digits)
+    out = []
+    carry = 0
+    for column in range(digits):
+        x, y = a // 10**column % 10, b // 10**column % 10
+        total = x + y + carry
+        out += ["f"] if column else []
+        out += ["o", "f", "o"] + (["c", "f", "f"] if carry else ["c"]) + ["d"] * len(str(total))
+        carry = total // 10
+    out += ["f"] + ["a"] * len(str(a + b))
+    assert len(out) == len(answer)
+    return "".join(out)
+
+
+@pytest.mark.parametrize("digits", [1, 2, 3])
+def test_every_problem_is_long_labelled_and_in_the_tiny_vocabulary(digits: int) -> None:
+    rng = random.Random(digits)
+    for _ in range(300):
+        a, b = rng.randrange(10**digits), rng.randrange(10**digits)
+        answer, roles = worked_answer(a, b, digits)
+        assert len(roles) == len(answer) and set(answer) <= set(CHARACTERS)
+        assert roles == _reference_roles(a, b, digits) == roles_of(answer, digits)
+        assert answer.endswith(" " + str(a + b))
+        if digits == 3:
+            assert len(answer) + 1 >= 20  # with the end token
+    # A decision changes what follows; a forced character never needs one: the answer is a function of the
+    # prompt and the decision characters alone.
+
+
+def test_decisions_are_what_distinguishes_answers_with_the_same_operand_digits() -> None:
+    # Same digits in the same places, different carries: only decision characters (and the answer copy) differ.
+    one, roles_one = worked_answer(15, 15, 2)   # 5+5=10 1+1+1=3 30
+    two, roles_two = worked_answer(14, 15, 2)   # 4+5=9 1+1=2 29
+    assert one == "5+5=10 1+1+1=3 30" and two == "4+5=9 1+1=2 29"
+    decisions = sum(role in DECISION_ROLES for role in roles_one)
+    assert decisions == 5 and 0.2 <= decisions / (len(roles_one) + 1) <= 0.3
+
+
+def test_roles_of_a_policys_completion_follow_its_own_text() -> None:
+    # A wrong digit in a digit's place is still a decision; leaving the grammar turns the rest to x.
+    assert roles_of("7+5=13 4+8+1=13 3+2+1=6 632", 3) == roles_of("7+5=12 4+8+1=13 3+2+1=6 632", 3)
+    assert roles_of("7+5=12 4*8", 3) == "ofocdd" "f" "o" "xx"
+    assert roles_of("", 3) == ""
+
+
+def test_worked_problems_split_like_the_equations_and_pay_only_the_exact_text() -> None:
+    options = ArithmeticOptions(style="worked", digits=3)
+    test = arithmetic_problems(options, "test", 50, seed=0)
+    train = arithmetic_problems(options, "train", 200, seed=0)
+    assert not {p.id for p in test} & {p.id for p in train}
+    problem = test[0]
+    a, b = problem.metadata["operands"]
+    assert problem.prompt == f"{a:03d}+{b:03d}=" and problem.metadata["roles"] == worked_answer(a, b, 3)[1]
+    assert verify_arithmetic(problem.answer, problem) == 1.0
+    assert verify_arithmetic(problem.answer + "  ", problem) == 1.0
+    final = problem.answer.rsplit(" ", 1)[1]
+    for forged in (final, f"{final} {problem.answer}", problem.answer + " 1", problem.answer[:-1],
+                   problem.answer.replace(" ", "  ", 1), " " + problem.answer):
+        assert verify_arithmetic(forged, problem) == 0.0, forged
+
+
+def test_worked_style_is_addition_only() -> None:
+    with pytest.raises(ValueError, match="operations"):
+        ArithmeticOptions(style="worked", operations=("+", "*"))
