@@ -24,6 +24,8 @@ from __future__ import annotations
 ROLES = "ofcda"
 DECISION_ROLES = frozenset("cd")
 OFF_GRAMMAR = "x"
+# The one encoding of roles as small ints (TrainBatch.token_roles): o f c d a x → 0 … 5.
+ROLE_IDS = {role: index for index, role in enumerate(ROLES + OFF_GRAMMAR)}
 
 
 def worked_answer(a: int, b: int, digits: int) -> tuple[str, str]:

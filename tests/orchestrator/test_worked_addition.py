@@ -87,3 +87,52 @@ def test_worked_problems_split_like_the_equations_and_pay_only_the_exact_text() 
 def test_worked_style_is_addition_only() -> None:
     with pytest.raises(ValueError, match="operations"):
         ArithmeticOptions(style="worked", operations=("+", "*"))
+
+
+def _rollouts(tokenizer, problems, completions, eos=True):
+    from orchestrator.rollout_step import Rollouts
+    from workers.rollout.engine import RolloutSample
+
+    samples = [RolloutSample(prompt_index=i, prompt_ids=[tokenizer.bos_token_id],
+                             response_ids=tokenizer.encode(text) + ([tokenizer.eos_token_id] if eos else []),
+                             response_logprobs=[], finish_reason="stop") for i, text in enumerate(completions)]
+    return Rollouts(samples=samples, problems=list(problems), group_ids=list(range(len(samples))))
+
+
+def test_the_driver_labels_every_token_of_a_character_tokenizer() -> None:
+    from orchestrator.data.worked_addition import ROLE_IDS
+    from orchestrator.rollout_step import WORKED_ROLES, token_roles
+    from workers.models.char_tokenizer import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    worked = arithmetic_problems(ArithmeticOptions(style="worked", digits=3), "train", 2, seed=0)
+    plain = arithmetic_problems(ArithmeticOptions(digits=2), "train", 1, seed=0)
+    sampled = "7+5=12 4+8+1=1"  # a policy's answer cut short, then a wrong character
+    rollouts = _rollouts(tokenizer, [*worked, plain[0], worked[1]],
+                         [worked[0].answer, sampled + "*9", "12", "  "])
+    roles, legend = token_roles(rollouts, tokenizer)
+    assert legend == WORKED_ROLES and legend.names == tuple(ROLE_IDS)
+    assert {legend.names[i] for i in legend.decisions} == DECISION_ROLES
+    as_text = lambda ids: "".join(legend.names[i] for i in ids)
+    assert as_text(roles[0]) == worked[0].metadata["roles"] + "f"  # the end token is format
+    assert as_text(roles[1]) == roles_of(sampled + "*9", 3) + "f" and as_text(roles[1]).endswith("xxf")
+    assert roles[2] == []  # not a worked problem: no roles
+    assert as_text(roles[3]) == "xxf"
+    assert [len(r) for r in roles] == [len(s.response_ids) if r else 0 for s, r in zip(rollouts.samples, roles)]
+    assert token_roles(_rollouts(tokenizer, plain, ["12"]), tokenizer) is None
+
+
+def test_a_tokenizer_of_several_characters_a_token_gives_no_roles() -> None:
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from orchestrator.rollout_step import token_roles
+
+    worked = arithmetic_problems(ArithmeticOptions(style="worked", digits=3), "train", 20, seed=0)
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator([p.answer for p in worked] * 5, vocab_size=300, min_frequency=2,
+                            special_tokens=["<eos>"])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<eos>", bos_token="<eos>")
+    rollouts = _rollouts(tokenizer, worked[:2], [worked[0].answer, worked[1].answer])
+    assert any(len(tokenizer.decode([i])) > 1 for i in rollouts.samples[0].response_ids)  # e.g. "12" as one token
+    assert token_roles(rollouts, tokenizer) is None
