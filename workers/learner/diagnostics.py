@@ -12,7 +12,8 @@ Per step (averaged over micro-batches), with w_t the token's weight in the polic
   (position j of an answer of n tokens is in decile ⌊10 j / n⌋).
 - where the tokens go, when the batch carries token roles (``TrainBatch.token_roles``, e.g. the worked-addition
   task's operand copies, format, carries, column-sum digits, answer copies and its off-grammar ``x``; tokens of a
-  task without roles are left out of all of these, and a share of nothing is NaN, left out of the step's mean): ``selection/role_share/<role>``, the share of the selected tokens that play that role;
+  task without roles are left out of all of these, and a share of nothing is NaN, left out of the step's mean):
+  ``selection/role_share/<role>``, the share of the selected tokens that play that role;
   ``selection/role_rate/<role>``, the share of that role's tokens that are selected; ``selection/decision_share``,
   the share of the selected tokens that are decisions (``RoleLegend.decisions``), beside its base rate among all
   response tokens, ``selection/decision_base_share``; and ``selection/decision_share_decile_{0..9}``, the same
