@@ -3,6 +3,9 @@
 With DAPO's dynamic sampling, groups whose rollouts all scored the same (zero advantage under
 every estimator) are dropped and more prompts are rolled out, up to ``max_resample_rounds`` extra
 rounds; if the batch is still short it trains on the informative groups it has and says so.
+
+A task whose generator knows what each answer character does (worked addition) gets each response token's
+role (:func:`token_roles`), so that the learner can say where each method's selection goes.
 """
 
 from __future__ import annotations
@@ -15,11 +18,15 @@ import torch
 
 from orchestrator.config import ExperimentConfig
 from orchestrator.data import prompt_token_ids
+from orchestrator.data.worked_addition import DECISION_ROLES, ROLE_IDS, roles_of
 from workers.learner.advantages import compute_advantages, informative_groups, overlong_penalty
+from workers.learner.batch import RoleLegend
 from workers.problem import Problem
 from workers.rollout.engine import RolloutSample
 
 logger = logging.getLogger(__name__)
+
+WORKED_ROLES = RoleLegend(names=tuple(ROLE_IDS), decisions=frozenset(ROLE_IDS[role] for role in DECISION_ROLES))
 
 
 @dataclass
@@ -137,3 +144,27 @@ def advantages_of(rollouts: Rollouts, config: ExperimentConfig) -> torch.Tensor:
         torch.tensor(rollouts.rewards, dtype=torch.float32),
         torch.tensor(rollouts.group_ids),
     )
+
+
+def token_roles(rollouts: Rollouts, tokenizer) -> tuple[list[list[int]], RoleLegend] | None:
+    """Each response token's role id (``ROLE_IDS``) for the worked-addition samples, ``[]`` for the others;
+    None when no sample has roles. The grammar labels characters, so a response gets roles only when each of
+    its tokens is exactly one character (the tiny model's tokenizer; not a BPE one) — the end token is format."""
+    pieces: dict[int, str] = {}  # token id → its text, decoded once per step
+
+    def roles_of_sample(sample, problem) -> list[int]:
+        if not problem.metadata.get("worked"):
+            return []
+        ids = [i for i in sample.response_ids if i != tokenizer.eos_token_id]
+        for i in ids:
+            if i not in pieces:
+                pieces[i] = tokenizer.decode([i])
+        # The joined pieces must be the decoded text: a byte split over tokens decodes to one character each.
+        if any(len(pieces[i]) != 1 for i in ids) or "".join(pieces[i] for i in ids) != tokenizer.decode(ids):
+            return []
+        text_roles = iter(roles_of("".join(pieces[i] for i in ids), problem.metadata["digits"]))
+        return [ROLE_IDS["f"] if i == tokenizer.eos_token_id else ROLE_IDS[next(text_roles)]
+                for i in sample.response_ids]
+
+    roles = [roles_of_sample(s, p) for s, p in zip(rollouts.samples, rollouts.problems, strict=True)]
+    return (roles, WORKED_ROLES) if any(roles) else None

@@ -54,7 +54,7 @@ from orchestrator.completion_table import log_completion_tables
 from orchestrator.evaluation import (BASE_REFERENCE_FILE, BaseReference, Evaluation, base_metrics, base_reference,
                                      evaluate)
 from orchestrator.resources import bundle_index, run_bundles
-from orchestrator.rollout_step import advantages_of, collect
+from orchestrator.rollout_step import advantages_of, collect, token_roles
 from orchestrator.tracking import RunTracker
 from workers.learner.batch import TrainBatch
 from workers.learner.group import LearnerGroup
@@ -327,9 +327,11 @@ def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: Pro
     if not rollouts.num_groups:
         return metrics, next_group_id, last_batch
     advantages = advantages_of(rollouts, config)
+    roles, legend = token_roles(rollouts, tokenizer) or (None, None)
     batch = TrainBatch.from_lists(
         [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples], advantages,
-        rollouts.group_ids, pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in rollouts.samples])
+        rollouts.group_ids, pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in rollouts.samples],
+        token_roles=roles, role_legend=legend)
     metrics.update(workers.learners.train_step(batch, step))
     metrics["time/sync"] = workers.sync_weights()
     return metrics, next_group_id, batch

@@ -14,6 +14,9 @@
 - entropy vs gradient norm G = ‖e_o − p‖ of the tokens of one diagnostic batch on log–log axes, with the
   within-answer Pearson of log H vs log G, the within-answer Spearman of H vs G, and the per-group Spearman
   of the GMTS score H·|ω| against the true logits-gradient norm |ω|·G (the paper's diagnostic figure);
+- where the tokens go (a task with token roles, e.g. worked addition): per arm, the share of the selected tokens
+  that are decisions against the RL step with its base rate among all response tokens dashed, and the roles of
+  the selected tokens at the last step as bars.
 """
 
 from __future__ import annotations
@@ -314,3 +317,58 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+@dataclass(frozen=True)
+class TokenRoute:
+    """Where one arm's selected tokens went (``selection/decision_share``, ``selection/role_share/<role>``)."""
+
+    model_size: str
+    algorithm: str
+    method: str
+    mode: str | None
+    label: str
+    steps: list[int]
+    decision_share: list[float]  # mean over seeds at each step
+    base_share: list[float]  # decision_base_share, the same
+    role_share: dict[str, float]  # role → share of the selected tokens at the last step, mean over seeds
+
+
+def where_tokens_go(routes: list[TokenRoute], path: Path) -> Path | None:
+    """Per (model size, algorithm): decision share against the step, and the last step's roles as grouped bars."""
+    if not routes:
+        return None
+    sections = sorted({(r.model_size, r.algorithm) for r in routes})
+    fig, axes = plt.subplots(len(sections), 2, figsize=(13, 4.4 * len(sections)), squeeze=False)
+    for (curve_ax, bar_ax), section in zip(axes, sections, strict=True):
+        mine = sorted((r for r in routes if (r.model_size, r.algorithm) == section),
+                      key=lambda r: (method_rank(r.method), r.label))
+        for index, route in enumerate(mine):
+            color = _shade(method_color(route.method), sum(r.method == route.method for r in mine[:index]),
+                           sum(r.method == route.method for r in mine))
+            style = "-." if route.mode == "bottom" else "-"
+            curve_ax.plot(route.steps, route.decision_share, style, color=color, label=route.label)
+            curve_ax.plot(route.steps, route.base_share, "--", color=color, alpha=0.5, linewidth=0.9)
+        curve_ax.set_title(f"selected tokens that are decisions — model {section[0]}, {section[1]}")
+        curve_ax.set_xlabel("RL step")
+        curve_ax.set_ylabel("decision share (dashed: among all response tokens)")
+        curve_ax.set_ylim(0, 1)
+        curve_ax.grid(alpha=0.3)
+        curve_ax.legend(fontsize=7)
+        roles = list(dict.fromkeys(role for r in mine for role in r.role_share))
+        width = 0.8 / len(mine)
+        for index, route in enumerate(mine):
+            color = _shade(method_color(route.method), sum(r.method == route.method for r in mine[:index]),
+                           sum(r.method == route.method for r in mine))
+            xs = [i + (index - (len(mine) - 1) / 2) * width for i in range(len(roles))]
+            bar_ax.bar(xs, [route.role_share.get(role, 0.0) for role in roles], width, color=color,
+                       hatch="//" if route.mode == "bottom" else None, label=route.label)
+        bar_ax.set_xticks(range(len(roles)), roles)
+        bar_ax.set_title(f"roles of the selected tokens at the last step — model {section[0]}, {section[1]}")
+        bar_ax.set_xlabel("role")
+        bar_ax.set_ylabel("share of the selected tokens")
+        bar_ax.grid(alpha=0.3, axis="y")
+        bar_ax.legend(fontsize=7)
+    fig.suptitle("Where the tokens go (mean over seeds; roles from the task's grammar)")
+    fig.tight_layout()
+    return _save(fig, path)

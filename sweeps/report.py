@@ -44,6 +44,7 @@ from mlflow.utils.validation import MAX_TAG_VAL_LENGTH
 from pydantic import BaseModel, ValidationError, model_validator
 from rich.console import Console
 
+from orchestrator.data.worked_addition import ROLE_IDS
 from sweeps import completions, plots
 from sweeps.ablation import AblationResults, ablation
 from sweeps.labels import arm_label
@@ -62,6 +63,8 @@ TABLE_ARTIFACT = "Ablation.html"  # the table again, at the root of the parent's
 TOKEN_STATS_ARTIFACT = "diagnostics/token_stats.json"
 # The training curve: for a 0/1 reward train/accuracy is the same number as reward/mean (no second panel).
 CURVE_METRICS = ("reward/mean",)
+DECISION_SHARE, DECISION_BASE_SHARE = "selection/decision_share", "selection/decision_base_share"
+ROLE_SHARE_PREFIX = "selection/role_share/"
 
 
 class AnswerTokens(BaseModel):
@@ -154,6 +157,12 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
         report.files.append(curves)
     else:
         report.notes.append(f"learning curves: no finished trial logged any of {list(CURVE_METRICS)}")
+    routes = plots.where_tokens_go(token_routes(client, runs), folder / "where_tokens_go.png")
+    if routes is not None:
+        report.files.append(routes)
+    else:
+        report.notes.append(f"where the tokens go: no finished trial logged {DECISION_SHARE} (a task with token "
+                            "roles, e.g. arithmetic style 'worked')")
     scatter, diagnostic_numbers = _token_scatter(client, runs, folder, report.notes)
     report.files += scatter
     for note in report.notes:
@@ -215,6 +224,45 @@ def eval_curves(client: MlflowClient, runs: SweepRuns, metric: str = "accuracy")
                                       steps, [e.mean for e in estimates], [e.low for e in estimates],
                                       [e.high for e in estimates]))
     return curves
+
+
+def token_routes(client: MlflowClient, runs: SweepRuns) -> list[plots.TokenRoute]:
+    """Per arm (seeds pooled): the decision share of the selected tokens and its base rate at each step (mean
+    over the seeds that logged it), and each role's share of the selected tokens at each seed's last step."""
+    steps: dict[tuple, dict[str, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    last: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    several_lrs = len({t.point.lr for t in runs.trials}) > 1
+    for trial in runs.trials:
+        p = trial.point
+        shares = metric_history(client, trial.run_id, DECISION_SHARE)
+        if not shares:
+            continue
+        arm = (p.model_size, p.algorithm, p.method, p.mode, p.ratio, p.lr if several_lrs else None)
+        for key in (DECISION_SHARE, DECISION_BASE_SHARE):
+            for step, value in shares if key == DECISION_SHARE else metric_history(client, trial.run_id, key):
+                if math.isfinite(value):
+                    steps[arm][key][step].append(value)
+        # A run's metrics hold each key's value at its highest step.
+        for key, value in client.get_run(trial.run_id).data.metrics.items():
+            if key.startswith(ROLE_SHARE_PREFIX) and math.isfinite(value):
+                last[arm][key.removeprefix(ROLE_SHARE_PREFIX)].append(value)
+    mean = lambda values: sum(values) / len(values)
+    routes = []
+    for arm, by_key in steps.items():
+        model_size, algorithm, method, mode, ratio, lr = arm
+        shown = sorted(by_key[DECISION_SHARE])
+        base = by_key[DECISION_BASE_SHARE]
+        routes.append(plots.TokenRoute(
+            model_size, algorithm, method, mode, arm_label(method, mode, ratio, lr=lr), shown,
+            [mean(by_key[DECISION_SHARE][s]) for s in shown],
+            [mean(base[s]) if base.get(s) else math.nan for s in shown],
+            {role: mean(last[arm][role]) for role in sorted(last[arm], key=_role_order)}))
+    return routes
+
+
+def _role_order(role: str) -> tuple[int, str]:
+    # The worked-addition grammar's order (operands, format, carries, digits, answer, off-grammar), others after.
+    return ROLE_IDS.get(role, len(ROLE_IDS)), role
 
 
 def _token_scatter(client: MlflowClient, runs: SweepRuns, folder: Path, notes: list[str]

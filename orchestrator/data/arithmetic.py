@@ -19,6 +19,7 @@ import logging
 import random
 
 from orchestrator.data.config import ArithmeticOptions, ArithmeticStyle, Split
+from orchestrator.data.worked_addition import worked_answer
 from workers.problem import Problem
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def arithmetic_problems(
     else:
         triples = _sample_split(options, split, limit, seed, total_triples)
     logger.debug("arithmetic: %d %s problems (digits=%d)", len(triples), split, options.digits)
-    return [_problem(triple, options.style) for triple in triples]
+    return [_problem(triple, options.style, options.digits) for triple in triples]
 
 
 def _in_split(triple: Triple, options: ArithmeticOptions, split: Split) -> bool:
@@ -115,9 +116,16 @@ def _result(triple: Triple) -> int:
     return {"+": a + b, "-": a - b, "*": a * b}[operation]
 
 
-def _problem(triple: Triple, style: ArithmeticStyle) -> Problem:
+def _problem(triple: Triple, style: ArithmeticStyle, digits: int) -> Problem:
     operation, a, b = triple
     expression = f"{a}{operation}{b}"
+    if style == "worked":
+        answer, roles = worked_answer(a, b, digits)
+        # Operands zero-padded to the column count: every column's digits are in the prompt to be copied.
+        padded = f"{a:0{digits}d}{operation}{b:0{digits}d}"
+        return Problem(id=f"arithmetic-worked-{expression}", prompt=f"{padded}=", answer=answer,
+                       domain="arithmetic", metadata={"operation": operation, "operands": [a, b], "worked": True,
+                                                      "digits": digits, "roles": roles})
     question = style == "question"
     return Problem(
         id=f"arithmetic-{expression}",

@@ -46,7 +46,7 @@ FILE_SUFFIXES = (".jsonl", ".parquet")
 
 Split = Literal["train", "validation", "test"]
 ArithmeticOperation = Literal["+", "-", "*"]
-ArithmeticStyle = Literal["equation", "question"]
+ArithmeticStyle = Literal["equation", "question", "worked"]
 
 # Eval-set names become MLflow metric prefixes (``eval/<name>/accuracy``): keep them to safe characters.
 EVAL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -67,7 +67,9 @@ class ArithmeticOptions(BaseModel):
         default="equation",
         description="'equation': \"23+45=\" for the tiny model (arithmetic domain, the leading integer counts); "
         "'question': \"What is 23 + 45?\" for chat models (math domain, the final answer counts; problems whose "
-        "answer equals an operand are left out).",
+        "answer equals an operand are left out); 'worked': \"347+285=\" → \"7+5=12 4+8+1=13 3+2+1=6 632\", the "
+        "sum written out column by column (addition only; arithmetic domain, the whole written answer must be "
+        "exact; orchestrator/data/worked_addition.py).",
     )
 
     digits: int = Field(default=2, ge=1, le=3, description="Operands are drawn from 0 … 10**digits - 1.")
@@ -96,6 +98,12 @@ class ArithmeticOptions(BaseModel):
         if self.test_fraction + self.validation_fraction >= 1.0:
             raise ValueError(f"validation_fraction: test_fraction + validation_fraction must stay below 1, got "
                              f"{self.test_fraction} + {self.validation_fraction}")
+        return self
+
+    @model_validator(mode="after")
+    def _worked_is_addition(self) -> ArithmeticOptions:
+        if self.style == "worked" and self.operations != ("+",):
+            raise ValueError(f"operations: style 'worked' writes out additions only, got {list(self.operations)}")
         return self
 
     @field_validator("operations")

@@ -179,3 +179,26 @@ def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(
     # Outside a sweep the run reserved its own group: the driver's sliver, then the (engine 0, learner 0) pair.
     assert seen == [[{0: {"CPU": 0.01}, 1: {"CPU": 1.99}}]]
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
+
+
+def test_a_worked_addition_run_logs_where_the_tokens_go(shared_dir, local_ray):
+    """The roles reach the learner: ETS's selected tokens on cpu-tiny-worked, per role, every step. No warm-up:
+    the untrained policy earns no reward, so ETS (which ranks entropy alone) is the method that selects."""
+    overrides = {
+        "name": "worked", "output_dir": str(shared_dir / "runs"), "model.cache_dir": str(shared_dir / "models"),
+        "warmup.enabled": "false", "training.steps": "2", "checkpoint.interval": "0", "evaluation.interval": "0",
+        "evaluation.compare_to_base": "false", "data.prompts_per_step": "8", "learner.mini_batch_size": "64",
+        "learner.micro_batch_size": "64", "data.eval.arithmetic.limit": "8", "data.eval.arithmetic_val.limit": "8",
+        "selection.recipe": "null", "selection.method": "ets", "selection.ratio": "0.2",
+    }
+    config = load_experiment("cpu-tiny-worked", [f"{k}={v}" for k, v in overrides.items()])
+    result = train(config)
+    client = MlflowClient(config.tracking_uri())
+    share = _history(client, result.run_id, "selection/decision_share")
+    base = _history(client, result.run_id, "selection/decision_base_share")
+    assert sorted(share) == sorted(base) == [1, 2]
+    assert all(0.0 <= value <= 1.0 for value in (*share.values(), *base.values()))
+    logged = client.get_run(result.run_id).data.metrics
+    role_shares = [logged[f"selection/role_share/{role}"] for role in "ofcdax"]
+    assert sum(role_shares) == pytest.approx(1.0)  # every selected token has one role
+    assert {f"selection/decision_share_decile_{d}" for d in range(10)} & set(logged)

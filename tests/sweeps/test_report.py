@@ -59,8 +59,23 @@ def expected_diagnostics(stats: dict) -> dict[str, float]:
     return out
 
 
+def _role_metrics(method: str, seed: int) -> list[Metric]:
+    """What the learner logs on a task with token roles: a selective method's decision share grows with the step,
+    the full-token baseline's is the base rate; the role shares of the last step depend on the seed."""
+    metrics = []
+    for step in range(1, FINAL_STEP + 1):
+        base = 0.25 + 0.01 * seed
+        share = base if method == "none" else 0.3 + 0.1 * step + 0.02 * seed
+        metrics += [Metric("selection/decision_share", share, 0, step),
+                    Metric("selection/decision_base_share", base, 0, step)]
+        roles = {"o": 0.3, "f": 0.2, "c": 0.1 + 0.02 * seed, "d": 0.3 - 0.02 * seed + 0.01 * (FINAL_STEP - step),
+                 "a": 0.1, "x": 0.0}
+        metrics += [Metric(f"selection/role_share/{role}", value, 0, step) for role, value in roles.items()]
+    return metrics
+
+
 def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str, point: tuple, finals: tuple | None,
-           status: str = "FINISHED") -> str:
+           status: str = "FINISHED", roles: bool = True) -> str:
     method, ratio, mode, seed = point
     run = client.create_run(experiment_id, run_name=trial, tags={PARENT_TAG: parent_id, TRIAL_TAG: trial})
     run_id = run.info.run_id
@@ -70,6 +85,7 @@ def _child(client: MlflowClient, experiment_id: str, parent_id: str, trial: str,
     metrics += [Metric("train/accuracy", 0.05 * step, 0, step) for step in range(1, FINAL_STEP + 1)]
     metrics += [Metric("eval/arithmetic/accuracy", 0.01, 0, 0)]  # the evaluation before training
     metrics += [Metric("base/arithmetic/accuracy", 0.2, 0, 0)]  # the same, under the base row's name
+    metrics += _role_metrics(method, seed) if roles else []
     if finals is not None:
         metrics += [Metric("eval/arithmetic/accuracy", finals[0], 0, FINAL_STEP),
                     Metric("eval/gsm8k/accuracy", finals[1], 0, FINAL_STEP),
@@ -184,7 +200,7 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
     listed = {a.path for a in client.list_artifacts(store["parent_id"], "ablation")}
     expected = {"ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
                 "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png", "notes.txt",
-                "top_vs_bottom.png"}  # ETS ran top and bottom at ρ = 0.2
+                "top_vs_bottom.png", "where_tokens_go.png"}  # ETS ran top and bottom at ρ = 0.2
     assert listed == {f"ablation/{name}" for name in expected}
     # The table is the parent's first artifact (the UI lists them in name order).
     root = [a.path for a in client.list_artifacts(store["parent_id"])]
@@ -206,7 +222,7 @@ def test_report_files_and_parent_artifacts(store: dict) -> None:
     assert "<th colspan='2'>ρ = 0.2</th>" in Path(client.download_artifacts(store["parent_id"], "Ablation.html",
                                                                             str(store["tmp"]))).read_text()
     for png in ("accuracy_vs_ratio.png", "eval_curves.png", "learning_curves.png", "entropy_vs_gradnorm.png",
-                "top_vs_bottom.png"):
+                "top_vs_bottom.png", "where_tokens_go.png"):
         image = matplotlib.image.imread(folder / png)
         assert image.shape[0] > 200 and image.shape[1] > 200
 
@@ -258,6 +274,33 @@ def test_learning_curves_average_seeds(store: dict) -> None:
     ets = next(c for c in curves if (c.method, c.mode, c.ratio, c.metric) == ("ets", "top", 0.2, "reward/mean"))
     assert ets.steps == [1, 2, 3]
     assert ets.values == pytest.approx([0.1 * s + 0.005 for s in (1, 2, 3)], abs=1e-12)  # seeds 0 and 1
+
+
+def test_where_the_tokens_go_per_arm_mean_over_seeds(store: dict) -> None:
+    client = store["client"]
+    routes = report_cli.token_routes(client, read_sweep(client, client.get_run(store["parent_id"])))
+    assert {r.label for r in routes} == {"All tokens", "ETS top-20 %", "GMTS top-20 %", "GMTS top-50 %",
+                                         "ETS bottom-20 %"}
+    ets = next(r for r in routes if r.label == "ETS top-20 %")  # seeds 0 and 1
+    assert ets.steps == [1, 2, 3]
+    assert ets.decision_share == pytest.approx([0.3 + 0.1 * s + 0.01 for s in (1, 2, 3)], abs=1e-12)
+    assert ets.base_share == pytest.approx([0.255] * 3, abs=1e-12)
+    # The last step's shares (d was 0.01 higher at every earlier step), in the grammar's order.
+    assert list(ets.role_share) == ["o", "f", "c", "d", "a", "x"]
+    assert ets.role_share["c"] == pytest.approx(0.11, abs=1e-12) and ets.role_share["d"] == pytest.approx(0.29)
+    everything = next(r for r in routes if r.label == "All tokens")
+    assert everything.decision_share == pytest.approx(everything.base_share, abs=1e-12)
+
+
+def test_where_the_tokens_go_skipped_with_a_note_without_role_metrics(store: dict) -> None:
+    client = store["client"]
+    experiment_id = client.get_run(store["parent_id"]).info.experiment_id
+    plain = client.create_run(experiment_id, run_name="plain", tags={SWEEP_ID_TAG: "plain-sweep"})
+    _child(client, experiment_id, plain.info.run_id, "plain-t000", ("ets", 0.2, "top", 0), (0.3, 0.1), roles=False)
+    report = build_report(client, client.get_run(plain.info.run_id), store["tmp"] / "plain", upload=False)
+    assert any(note.startswith("where the tokens go: no finished trial logged selection/decision_share")
+               for note in report.notes)
+    assert not (store["tmp"] / "plain" / "where_tokens_go.png").exists()
 
 
 def test_token_diagnostics_of_the_batch_match_numpy_and_scipy() -> None:

@@ -7,6 +7,12 @@ token *predicted* at input position ``prompt_lengths[b] − 1 + j`` and read at 
 ``prompt_lengths[b] + j``. That is the layout of vLLM's per-token logprobs, so sampling logprobs
 drop in unchanged (``sampling_logp``).
 
+``token_roles`` (optional, [B, T] long) says what each response token does in its answer — for the
+selection diagnostics only, the loss never reads it: ``role_legend.names[i]`` is role i, ``NO_ROLE`` marks
+padding and the rows of a task without roles. The task defines the roles (e.g. the worked-addition task's
+``orchestrator/data/worked_addition.py``); the legend travels with the tensor so that the learner names them
+without knowing the task.
+
 A data container: how it is cut into shards, mini- and micro-batches is ``schedule.py``'s job, and
 the model forward is ``forward.py``'s; :meth:`TrainBatch.select` and :meth:`TrainBatch.groups` are
 the two primitives those cuts are made of.
@@ -22,6 +28,16 @@ import torch
 
 
 PER_TOKEN_LOGP = ("old_logp", "ref_logp", "sampling_logp")  # optional [B, T] log-prob fields
+PER_TOKEN_OPTIONAL = (*PER_TOKEN_LOGP, "token_roles")  # every optional [B, T] field, cut like response_mask
+NO_ROLE = -1  # token_roles off the mask, and on rows whose task has no roles
+
+
+@dataclass(frozen=True)
+class RoleLegend:
+    """What the ids in ``TrainBatch.token_roles`` mean."""
+
+    names: tuple[str, ...]  # names[i]: the name of role i (a metric key's last part)
+    decisions: frozenset[int]  # the ids of the roles that are decisions (the rest is forced by the context)
 
 
 @dataclass(frozen=True)
@@ -45,17 +61,22 @@ class TrainBatch:
     old_logp: torch.Tensor | None = None  # [B, T] log π_old (sampling policy), 0 off the mask
     ref_logp: torch.Tensor | None = None  # [B, T] log π_ref, 0 off the mask
     sampling_logp: torch.Tensor | None = None  # [B, T] the rollout engine's own logprobs, 0 off the mask
+    token_roles: torch.Tensor | None = None  # [B, T] long: role ids of role_legend, NO_ROLE off the mask
+    role_legend: RoleLegend | None = None  # given exactly when token_roles is
 
     def __post_init__(self) -> None:
         rows, length = self.input_ids.shape
         expected = {"attention_mask": (rows, length), "prompt_lengths": (rows,), "advantages": (rows,),
                     "group_ids": (rows,), "response_mask": (rows, self.response_mask.shape[-1])}
-        for name in PER_TOKEN_LOGP:
+        for name in PER_TOKEN_OPTIONAL:
             if getattr(self, name) is not None:
                 expected[name] = tuple(self.response_mask.shape)
         for name, shape in expected.items():
             if tuple(getattr(self, name).shape) != shape:
                 raise ValueError(f"TrainBatch.{name} has shape {tuple(getattr(self, name).shape)}, expected {shape}")
+        if (self.token_roles is None) != (self.role_legend is None):
+            raise ValueError("TrainBatch.token_roles and role_legend come together: got "
+                             f"token_roles {'without' if self.role_legend is None else 'None with'} a legend")
 
     # ------------------------------------------------------------------------------ construction
     @classmethod
@@ -69,11 +90,15 @@ class TrainBatch:
         old_logp: Sequence[Sequence[float]] | None = None,
         ref_logp: Sequence[Sequence[float]] | None = None,
         sampling_logp: Sequence[Sequence[float]] | None = None,
+        token_roles: Sequence[Sequence[int]] | None = None,
+        role_legend: RoleLegend | None = None,
     ) -> TrainBatch:
-        """Pad B (prompt, response) pairs; per-token log-prob lists have one entry per response token."""
+        """Pad B (prompt, response) pairs; per-token lists (log-probs, role ids) have one entry per response
+        token."""
         rows = len(prompt_ids)
         for name, values in (("response_ids", response_ids), ("advantages", advantages), ("group_ids", group_ids),
-                             ("old_logp", old_logp), ("ref_logp", ref_logp), ("sampling_logp", sampling_logp)):
+                             ("old_logp", old_logp), ("ref_logp", ref_logp), ("sampling_logp", sampling_logp),
+                             ("token_roles", token_roles)):
             if values is not None and len(values) != rows:
                 raise ValueError(f"{name} has {len(values)} entries for {rows} prompts")
         if rows == 0:
@@ -101,6 +126,8 @@ class TrainBatch:
             old_logp=_pad_per_token(old_logp, response_ids, width, "old_logp"),
             ref_logp=_pad_per_token(ref_logp, response_ids, width, "ref_logp"),
             sampling_logp=_pad_per_token(sampling_logp, response_ids, width, "sampling_logp"),
+            token_roles=_pad_roles(token_roles, response_ids, width),
+            role_legend=role_legend,
         )
 
     @classmethod
@@ -111,12 +138,19 @@ class TrainBatch:
         length = max(b.input_ids.shape[1] for b in batches)
         width = max(b.response_width for b in batches)
 
-        # The fill value of new padding never matters: nothing reads past a row's attention mask.
-        def stack(name: str, columns: int):
+        legends = {b.role_legend for b in batches}
+        if len(legends) > 1:
+            raise ValueError(f"concat of batches with different role legends: {legends}")
+
+        # The fill value of new padding never matters: nothing reads past a row's attention mask (roles
+        # get NO_ROLE all the same, so that every padded place reads alike).
+        def stack(name: str, columns: int, fill: int = 0):
             parts = [getattr(b, name) for b in batches]
             if any(p is None for p in parts):
                 return None
-            return torch.cat([torch.nn.functional.pad(p, (0, columns - p.shape[1])) for p in parts])
+            return torch.cat([torch.nn.functional.pad(p, (0, columns - p.shape[1]), value=fill) for p in parts])
+
+        roles = stack("token_roles", width, NO_ROLE)
 
         return cls(
             input_ids=stack("input_ids", length),
@@ -126,6 +160,8 @@ class TrainBatch:
             advantages=torch.cat([b.advantages for b in batches]),
             group_ids=torch.cat([b.group_ids for b in batches]),
             **{name: stack(name, width) for name in PER_TOKEN_LOGP},
+            token_roles=roles,
+            role_legend=None if roles is None else legends.pop(),
         )
 
     def replace(self, **changes) -> TrainBatch:
@@ -134,7 +170,7 @@ class TrainBatch:
     def to(self, device: torch.device | str) -> TrainBatch:
         return dataclasses.replace(
             self, **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
-                     if getattr(self, f.name) is not None}
+                     if isinstance(getattr(self, f.name), torch.Tensor)}
         )
 
     # --------------------------------------------------------------------------------- properties
@@ -173,7 +209,8 @@ class TrainBatch:
             response_mask=self.response_mask[rows, :width],
             advantages=self.advantages[rows],
             group_ids=self.group_ids[rows],
-            **{name: per_token(getattr(self, name)) for name in PER_TOKEN_LOGP},
+            **{name: per_token(getattr(self, name)) for name in PER_TOKEN_OPTIONAL},
+            role_legend=self.role_legend,
         )
 
 
@@ -185,3 +222,14 @@ def _pad_per_token(values: Sequence[Sequence[float]] | None, responses: Sequence
         if len(row) != len(response):
             raise ValueError(f"{name}[{b}] has {len(row)} entries for a response of {len(response)} tokens")
     return torch.tensor([[*map(float, row)] + [0.0] * (width - len(row)) for row in values], dtype=torch.float32)
+
+
+def _pad_roles(roles: Sequence[Sequence[int]] | None, responses: Sequence[Sequence[int]], width: int
+               ) -> torch.Tensor | None:
+    if roles is None:
+        return None
+    for b, (row, response) in enumerate(zip(roles, responses)):
+        if len(row) not in (0, len(response)):
+            raise ValueError(f"token_roles[{b}] has {len(row)} entries for a response of {len(response)} tokens "
+                             "(an empty list: a row without roles)")
+    return torch.tensor([[*row] + [NO_ROLE] * (width - len(row)) for row in roles], dtype=torch.long)

@@ -10,6 +10,16 @@ Per step (averaged over micro-batches), with w_t the token's weight in the polic
 - ``selection/entropy_selected`` vs ``selection/entropy_all``;
 - ``selection/decile_{0..9}``: the selected share of the tokens in each tenth of the answer
   (position j of an answer of n tokens is in decile ⌊10 j / n⌋).
+- where the tokens go, when the batch carries token roles (``TrainBatch.token_roles``, e.g. the worked-addition
+  task's operand copies, format, carries, column-sum digits, answer copies and its off-grammar ``x``; tokens of a
+  task without roles are left out of all of these, and a share of nothing is NaN, left out of the step's mean):
+  ``selection/role_share/<role>``, the share of the selected tokens that play that role;
+  ``selection/role_rate/<role>``, the share of that role's tokens that are selected; ``selection/decision_share``,
+  the share of the selected tokens that are decisions (``RoleLegend.decisions``), beside its base rate among all
+  response tokens, ``selection/decision_base_share``; and ``selection/decision_share_decile_{0..9}``, the same
+  share among the selected tokens of each tenth of the answer. A method that keeps every token measures the base
+  rates (role_share = the roles' mix, role_rate = 1); the 80/20 paper's claim that high-entropy tokens are the
+  "forking" decisions predicts decision_share well above decision_base_share for a top-ρ selection.
 - for the methods that single tokens out rather than mask them (``Selection.treated``: Clip-Cov's detached,
   KL-Cov's penalised, Archer's high-entropy tokens), the same facts of the treated set:
   ``selection/treated_fraction``, ``selection/entropy_treated``, ``selection/treated_zero_advantage_share``,
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import torch
 
+from workers.learner.batch import RoleLegend
 from workers.learner.losses import ClipMasks, aggregation_weights
 from workers.learner.selection import Selection
 
@@ -45,7 +56,10 @@ def selection_diagnostics(
     advantages: torch.Tensor | None = None,
     loss_agg: str = "token-mean",
     apply_to: str = "advantage",
+    token_roles: torch.Tensor | None = None,
+    role_legend: RoleLegend | None = None,
 ) -> dict[str, float]:
+    """``token_roles`` [B, T] long with its ``role_legend``: add where the selected tokens go (module docstring)."""
     mask = response_mask.bool()
     n_tokens = int(mask.sum())
     chosen = selection.mask & mask
@@ -77,6 +91,31 @@ def selection_diagnostics(
             facts = advantage_diagnostics(treated, mask, advantages, loss_agg, "advantage")
             metrics.update({key.replace("selection/", "selection/treated_"): value for key, value in facts.items()})
     metrics.update(position_deciles(chosen, mask))
+    if token_roles is not None and role_legend is not None:
+        metrics.update(role_diagnostics(chosen, mask, token_roles, role_legend))
+    return metrics
+
+
+def role_diagnostics(chosen: torch.Tensor, mask: torch.Tensor, token_roles: torch.Tensor, legend: RoleLegend
+                     ) -> dict[str, float]:
+    """Which roles the selected tokens play, over the response tokens that have a role (NaN for a share of
+    nothing: no selected token, no token of the role, no selected token in a decile)."""
+    labelled = mask.bool() & (token_roles >= 0)
+    picked = chosen & labelled
+    decision = torch.zeros_like(labelled)
+    for role in legend.decisions:
+        decision |= token_roles == role
+    share = lambda part, whole: float((part & whole).sum()) / int(whole.sum()) if int(whole.sum()) else float("nan")
+    metrics = {}
+    for role, name in enumerate(legend.names):
+        playing = labelled & (token_roles == role)
+        metrics[f"selection/role_share/{name}"] = share(playing, picked)
+        metrics[f"selection/role_rate/{name}"] = share(chosen, playing)
+    metrics["selection/decision_share"] = share(decision, picked)
+    metrics["selection/decision_base_share"] = share(decision, labelled)
+    decile = _answer_deciles(mask)
+    for d in range(10):
+        metrics[f"selection/decision_share_decile_{d}"] = share(decision, picked & (decile == d))
     return metrics
 
 
@@ -101,15 +140,20 @@ def advantage_diagnostics(chosen: torch.Tensor, mask: torch.Tensor, advantages: 
 
 def position_deciles(chosen: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
     """Selected share of the tokens in each tenth of their answer (NaN for a decile without tokens)."""
-    lengths = mask.sum(-1, keepdim=True).clamp_min(1)
-    column = torch.arange(mask.shape[1], device=mask.device)[None].expand_as(mask)
-    decile = torch.div(10 * column, lengths, rounding_mode="floor").clamp_max(9)
+    decile = _answer_deciles(mask)
     out = {}
     for d in range(10):
         at = mask & (decile == d)
         n = int(at.sum())
         out[f"selection/decile_{d}"] = float((chosen & at).sum()) / n if n else float("nan")
     return out
+
+
+def _answer_deciles(mask: torch.Tensor) -> torch.Tensor:
+    """[B, T]: the tenth of its answer each token is in, ⌊10 j / n⌋ for position j of an answer of n tokens."""
+    lengths = mask.sum(-1, keepdim=True).clamp_min(1)
+    column = torch.arange(mask.shape[1], device=mask.device)[None].expand_as(mask)
+    return torch.div(10 * column, lengths, rounding_mode="floor").clamp_max(9)
 
 
 def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:

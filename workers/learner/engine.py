@@ -479,7 +479,8 @@ class LearnerEngine:
             Selection(mask=cpu(selection.mask), scores=cpu(selection.scores), eligible=cpu(selection.eligible),
                       treated=cpu(selection.treated)),
             cpu(mask), cpu(entropy), cpu(grad_norm), advantages=cpu(advantages),
-            loss_agg=loss_config.loss_agg, apply_to=self.selection.apply_to))
+            loss_agg=loss_config.loss_agg, apply_to=self.selection.apply_to,
+            token_roles=cpu(micro.token_roles), role_legend=micro.role_legend))
         return record
 
     def _unclipped_grad_norm(self) -> float | None:

@@ -6,6 +6,10 @@ is the answer; whatever follows (an end marker, junk after it) is ignored. A com
 not start with an integer scores 0, and so does one that starts by repeating the question ("23+0=…":
 its leading integer would be the question's). A digit flood cannot win: the integer must equal the
 reference exactly.
+
+Worked answers (``metadata["worked"]``, orchestrator/data/worked_addition.py): the completion, up to trailing
+whitespace, must be the reference's written-out sum character for character. The procedure is the task there: a
+right final sum after a wrong or missing column scores 0, and nothing but the exact text pays.
 """
 
 from __future__ import annotations
@@ -19,7 +23,10 @@ _LEADING_INTEGER = re.compile(r"\s*([+-]?)(\d+)")
 
 
 def verify_arithmetic(completion: str, problem: Problem) -> float:
-    """1.0 if the completion's leading integer equals ``problem.answer``, else 0.0."""
+    """1.0 if the completion's leading integer equals ``problem.answer`` (a worked problem: if the completion is
+    its written-out answer), else 0.0."""
+    if problem.metadata.get("worked"):
+        return 1.0 if completion.rstrip() == problem.answer else 0.0
     gold = _LEADING_INTEGER.fullmatch(problem.answer.strip())
     if gold is None:
         raise CheckError(f"arithmetic problem {problem.id} has non-integer answer {problem.answer!r}")

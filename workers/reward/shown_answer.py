@@ -40,6 +40,8 @@ def shown_answer(completion: str, problem: Problem) -> str:
             from workers.reward.choice_verifier import chosen_option
 
             answer = chosen_option(stripped) or ""
+        case "arithmetic" if problem.metadata.get("worked"):
+            answer = completion.rstrip()  # the whole written-out sum is what the verifier compares
         case "arithmetic":
             from workers.reward.arithmetic_verifier import stated_integer
 

@@ -46,3 +46,24 @@ def test_learner_config_names_the_field_in_divisibility_errors():
         LearnerConfig(zero_stage=4)
     with pytest.raises(ValueError, match="extra"):
         LearnerConfig(learning_rate=1e-3)
+
+
+def test_token_roles_follow_every_cut_of_the_batch():
+    from workers.learner.batch import NO_ROLE, RoleLegend
+    from workers.learner.schedule import shard, split_groups
+
+    legend = RoleLegend(names=("o", "d"), decisions=frozenset({1}))
+    batch = TrainBatch.from_lists([[1], [1], [1], [1]], [[5, 6, 7], [5], [5, 6], [8]], [1.0, -1.0, 0.5, 0.0],
+                                  [0, 0, 1, 1], pad_id=0, token_roles=[[0, 1, 0], [1], [], [0]], role_legend=legend)
+    assert batch.token_roles.tolist() == [[0, 1, 0], [1, NO_ROLE, NO_ROLE], [NO_ROLE] * 3, [0, NO_ROLE, NO_ROLE]]
+    second = split_groups(batch, 2)[1]  # rows 2 and 3, trimmed to their widest response (2 tokens)
+    assert second.token_roles.tolist() == [[NO_ROLE, NO_ROLE], [0, NO_ROLE]] and second.role_legend == legend
+    again = TrainBatch.concat(shard(batch, 2))
+    assert torch.equal(again.token_roles, batch.token_roles) and again.role_legend == legend
+    assert again.to("cpu").role_legend == legend
+    plain = TrainBatch.from_lists([[1]], [[5]], [1.0], [0], pad_id=0)
+    assert TrainBatch.concat([plain, plain]).token_roles is None
+    with pytest.raises(ValueError, match="come together"):
+        batch.replace(role_legend=None)
+    with pytest.raises(ValueError, match="token_roles\\[0\\] has 2 entries"):
+        TrainBatch.from_lists([[1]], [[5, 6, 7]], [1.0], [0], pad_id=0, token_roles=[[0, 1]], role_legend=legend)

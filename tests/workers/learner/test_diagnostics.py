@@ -108,3 +108,54 @@ def test_gmts_score_spearman_pools_each_group_and_drops_zero_omega():
     single = gmts_score_spearman(entropy[:1], grad_norm[:1], omega[:1], mask[:1], group_ids[:1])
     assert single == pytest.approx(within_answer_spearman(entropy[:1], grad_norm[:1], mask[:1]), abs=1e-12)
     assert math.isnan(gmts_score_spearman(entropy, grad_norm, torch.zeros(4, 5), mask, group_ids))
+
+
+def _roles_example():
+    """Three answers: two labelled (o f c d a x → 0 … 5, decisions c and d), one of a task without roles."""
+    from workers.learner.batch import NO_ROLE, RoleLegend
+
+    legend = RoleLegend(names=("o", "f", "c", "d", "a", "x"), decisions=frozenset({2, 3}))
+    o, f, c, d, a, _ = range(6)
+    n = NO_ROLE
+    roles = torch.tensor([[o, f, o, c, d], [d, d, a, f, n], [n, n, n, n, n]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]).bool()
+    chosen = torch.tensor([[0, 0, 1, 1, 1], [1, 0, 0, 1, 1], [1, 1, 1, 1, 1]]).bool()  # row 1's pad is off the mask
+    return legend, roles, mask, chosen
+
+
+def test_role_diagnostics_by_hand():
+    from workers.learner.diagnostics import role_diagnostics
+
+    legend, roles, mask, chosen = _roles_example()
+    metrics = role_diagnostics(chosen & mask, mask, roles, legend)
+    # Selected with a role: row 0's o, c, d and row 1's d, f (row 2 has no roles): 5 tokens, 3 decisions.
+    assert metrics["selection/decision_share"] == pytest.approx(3 / 5)
+    assert metrics["selection/decision_base_share"] == pytest.approx(4 / 9)  # c, d, d, d of 9 labelled tokens
+    expected_share = {"o": 1 / 5, "f": 1 / 5, "c": 1 / 5, "d": 2 / 5, "a": 0.0, "x": 0.0}
+    for role, share in expected_share.items():
+        assert metrics[f"selection/role_share/{role}"] == pytest.approx(share)
+    expected_rate = {"o": 1 / 2, "f": 1 / 2, "c": 1.0, "d": 2 / 3, "a": 0.0}
+    for role, rate in expected_rate.items():
+        assert metrics[f"selection/role_rate/{role}"] == pytest.approx(rate)
+    assert math.isnan(metrics["selection/role_rate/x"])  # no token plays it
+    # Deciles ⌊10 j / n⌋: row 0 (n = 5) → 0, 2, 4, 6, 8; row 1 (n = 4) → 0, 2, 5, 7.
+    # Selected: row 0's o@4, c@6, d@8; row 1's d@0, f@7.
+    by_decile = {0: 1.0, 4: 0.0, 6: 1.0, 7: 0.0, 8: 1.0}
+    for decile in range(10):
+        value = metrics[f"selection/decision_share_decile_{decile}"]
+        if decile in by_decile:
+            assert value == pytest.approx(by_decile[decile])
+        else:
+            assert math.isnan(value)
+
+
+def test_keeping_every_token_measures_the_base_rates():
+    legend, roles, mask, _ = _roles_example()
+    entropy = torch.rand(3, 5, generator=torch.Generator().manual_seed(1))
+    sel = select_tokens(response_mask=mask.float(), entropy=entropy, advantages=torch.ones(3),
+                        group_ids=torch.zeros(3), config=SelectionConfig(method="none"))
+    metrics = selection_diagnostics(sel, mask.float(), entropy, token_roles=roles, role_legend=legend)
+    assert metrics["selection/decision_share"] == pytest.approx(metrics["selection/decision_base_share"])
+    assert metrics["selection/decision_base_share"] == pytest.approx(4 / 9)
+    assert all(metrics[f"selection/role_rate/{role}"] == 1.0 for role in "ofcda")
+    assert not any(key.startswith("selection/role") for key in selection_diagnostics(sel, mask.float(), entropy))
