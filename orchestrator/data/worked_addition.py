@@ -3,7 +3,7 @@ or a real decision, and the generator knows which.
 
 ``"347+285="`` → ``"7+5=12 4+8+1=13 3+2+1=6 632"``: one segment per column, least significant first,
 ``a+b=s`` with ``+1`` before ``=`` when the column below carried, then the sum. Every character is in the tiny
-model's vocabulary (digits, ``+``, ``=``, space). Answers of 3-digit sums are 26–31 characters plus the end token.
+model's vocabulary (digits, ``+``, ``=``, space). Answers of 3-digit sums are 19–29 characters plus the end token.
 
 Each character of an answer has a role (``ROLES``):
 
