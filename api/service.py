@@ -20,7 +20,7 @@ import os
 import secrets
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,12 +278,15 @@ class ControlPlane:
         return record
 
     def _finish(self, record: Submission, status: str, ray_status: str | None, message: str) -> Submission:
-        """Terminal: store Ray's status, then check that nothing of the job runs on and close the MLflow
-        runs it left open (api/reaper.py; the record stays unsettled, so the background reconciler
-        checks again, also after a crash in between)."""
+        """Terminal: check that nothing of the job runs on, close the MLflow runs it left open
+        (api/reaper.py), copy MLflow's final trial counts, and only then store Ray's status — so that a
+        reader never sees a finished sweep with the counts of a pass before (a crash in between leaves
+        the record unfinished, and the next pass finishes it again; the record stays unsettled, so the
+        background reconciler checks again)."""
         logger.info("%s %s is %s (%s)", record.kind, record.id, status, message)
-        record = self.store.update(record, status=status, ray_status=ray_status, message=message)
-        return self.reaper.reap(record)[0]
+        terminal = replace(record, status=status, ray_status=ray_status, message=message)
+        reaped = self.track(self.reaper.reap(terminal)[0])
+        return self.store.update(reaped, status=status, ray_status=ray_status, message=message)
 
     # -- cancel ---------------------------------------------------------------------------------
 

@@ -626,6 +626,36 @@ def test_a_restarted_trial_counts_once_and_its_dead_attempt_is_closed(client, jo
     assert mlflow.get_run(parent).info.status == "FINISHED"
 
 
+def test_a_finished_sweep_is_never_shown_with_the_counts_of_a_pass_before(client, jobs, settings) -> None:
+    """Between the pass that stores "succeeded" and the MLflow counts, a reader polling the status must
+    not see a finished sweep with a trial still running (what a client waiting for the end reads)."""
+    sweep = _submit(client)
+    jobs.set(sweep["ray_submission_id"], "RUNNING")
+    mlflow, parent, children = _fake_sweep_runs(settings, sweep["id"], "api-test")
+    reconcile(client)
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["trials"]["running"] == 2
+    for run_id in (*children[1:], parent):  # the driver closes every run, then Ray calls the job done
+        mlflow.set_terminated(run_id, "FINISHED")
+    jobs.set(sweep["ray_submission_id"], "SUCCEEDED")
+    plane = client.app.state.plane
+    seen: list[tuple[str, int, int]] = []
+    store_update = plane.store.update
+
+    def update_and_read_back(record, **changes):
+        updated = store_update(record, **changes)
+        row = plane.store.by_id(record.id)
+        seen.append((row.status, row.trials_running, row.trials_finished))
+        return updated
+
+    plane.store.update = update_and_read_back
+    try:
+        reconcile(client)
+    finally:
+        plane.store.update = store_update
+    assert seen and seen[-1] == ("succeeded", 0, 3), seen
+    assert all((running, finished) == (0, 3) for status, running, finished in seen if status == "succeeded"), seen
+
+
 def test_logs_tail(client, jobs) -> None:
     sweep = _submit(client)
     jobs.set(sweep["ray_submission_id"], "RUNNING", logs="\n".join(f"line {i}" for i in range(500)))
