@@ -49,7 +49,7 @@ def run(smoke: bool) -> dict:
     ).as_dict()
 
 
-def _score(preset: str, factor: float, limit: int | None) -> dict:
+def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, ...] = ()) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -60,9 +60,9 @@ def _score(preset: str, factor: float, limit: int | None) -> dict:
     from orchestrator.data import load_dataset, prompt_token_ids
     from workers.reward.arithmetic_verifier import verify_arithmetic
 
-    config = load_experiment(preset, [])
+    config = load_experiment(preset, list(overrides))
     steps = round(config.warmup.steps * factor)
-    config = load_experiment(preset, [f"warmup.steps={steps}"])
+    config = load_experiment(preset, [*overrides, f"warmup.steps={steps}"])
     policy = prepare_policy(config)
     tokenizer = load_tokenizer(policy)
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()

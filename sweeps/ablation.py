@@ -70,6 +70,7 @@ class AblationResults(BaseModel):
     sweep_id: str
     parent_run_id: str
     spec_name: str
+    lr_source: str = ""  # where the spec's fixed lrs come from ("" = nothing said)
     benchmarks: list[str]
     metrics: list[str]
     model_sizes: list[str]
@@ -107,6 +108,7 @@ def ablation(runs: SweepRuns) -> AblationResults:
         sweep_id=runs.sweep_id,
         parent_run_id=runs.parent_run_id,
         spec_name=runs.spec_name,
+        lr_source=runs.lr_source,
         benchmarks=sorted({c.benchmark for c in cells}),
         metrics=sorted({c.metric for c in cells}),
         model_sizes=sorted({c.model_size for c in cells}),

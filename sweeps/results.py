@@ -18,7 +18,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from pydantic import BaseModel, ConfigDict
 
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
+from sweeps.tracking import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +75,7 @@ class SweepRuns(BaseModel):
     experiment_id: str
     sweep_id: str
     spec_name: str
+    lr_source: str = ""  # the spec's lr_source: where its fixed lrs come from
     trials: list[TrialRecord]  # finished trials, one per trial (duplicates resolved)
     unfinished: list[TrialRecord]  # trials whose newest run did not finish (failed, killed, running)
 
@@ -111,6 +112,7 @@ def read_sweep(client: MlflowClient, parent: Run) -> SweepRuns:
         experiment_id=experiment_id,
         sweep_id=parent.data.tags.get(SWEEP_ID_TAG, parent.info.run_name or parent.info.run_id),
         spec_name=parent.data.tags.get(SPEC_NAME_TAG, parent.data.params.get("spec_name", "")),
+        lr_source=parent.data.tags.get(LR_SOURCE_TAG, ""),
         trials=[r for r in records if r.status == "FINISHED"],
         unfinished=[r for r in records if r.status != "FINISHED"],
     )

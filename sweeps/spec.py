@@ -168,6 +168,10 @@ class SweepSpec(_Strict):
     tracking_uri: str | None = Field(None, description="MLflow tracking URI; None = $MLFLOW_TRACKING_URI or runs/mlflow.db.")
     experiment: str = Field("gmts-lab", pattern=NAME_PATTERN,
                             description="MLflow experiment of the parent and child runs (letters, digits, '.', '_', '-').")
+    lr_source: str = Field("", max_length=300, pattern=r"^[^\n\r]*$",
+                           description="Where the lrs the spec fixes come from (the benchmark or paper that chose "
+                           "them), one line; the report's header cites it beside the lrs (a sweep that runs one lr "
+                           "per arm chooses nothing itself).")
 
     @model_validator(mode="after")
     def _points_use_known_axes(self) -> SweepSpec:

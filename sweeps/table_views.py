@@ -40,9 +40,10 @@ def seeds_label(cells: list[Cell]) -> str:
     return f"n = {counts[0]} seeds" if len(counts) == 1 else f"n = {counts[0]}–{counts[-1]} seeds per cell"
 
 
-def lr_label(cells: list[Cell]) -> str:
+def lr_label(cells: list[Cell], source: str = "") -> str:
     """How the table's lrs were chosen, from the cells of every lr (not only the chosen ones): a grid
-    chosen on validation, or one lr per arm that the spec set, which nothing chose."""
+    chosen on validation, or one lr per arm that the spec fixed — then ``source`` (the spec's
+    ``lr_source``) says who chose it, and without one the label says that nothing did."""
     lrs_by_arm: dict[tuple, set] = {}
     for cell in cells:
         if cell.method != BASE:
@@ -54,6 +55,11 @@ def lr_label(cells: list[Cell]) -> str:
             return "each arm at its lr chosen on validation"
         return "lr chosen on validation for the arms that ran several, the spec's one lr for the others"
     single = {next(iter(lrs)) for lrs in lrs_by_arm.values()}
+    if source:
+        if len(single) > 1:
+            return f"one lr per arm, fixed by the spec, from {source}"
+        lr = next(iter(single))
+        return f"every arm at {f'lr {lr:g}' if lr is not None else 'its config lr'}, fixed by the spec, from {source}"
     if len(single) == 1:
         lr = next(iter(single))
         return f"every arm at lr {lr:g}, one lr set by the spec (not chosen on validation)" if lr is not None \
@@ -98,7 +104,7 @@ def wide_tables(results: AblationResults, metric: str = "accuracy") -> list[Wide
     # The result is the test benchmarks at each arm's chosen lr; validation numbers only choose that lr.
     cells = [c for c in results.cells if c.metric == metric and c.split == "test"]
     cells = [c if ratio_is_kept_share(c.method) else _own_setting_row(c) for c in cells]
-    lrs = {s: lr_label([c for c in cells if (c.model_size, c.algorithm) == s])
+    lrs = {s: lr_label([c for c in cells if (c.model_size, c.algorithm) == s], results.lr_source)
            for s in {(c.model_size, c.algorithm) for c in cells}}
     chosen = {_arm(c) for c in cells if c.selected}
     # An arm with several lrs and no validation set to choose on shows every lr, each as its own row.

@@ -25,6 +25,7 @@ SWEEP_ID_TAG = "gmts.sweep_id"
 SPEC_NAME_TAG = "gmts.spec"
 TRIAL_TAG = "gmts.trial"
 PARENT_TAG = "mlflow.parentRunId"
+LR_SOURCE_TAG = "gmts.lr_source"  # where the spec's fixed lrs come from (the report's header cites it)
 DESCRIPTION_TAG = "gmts.description"  # the spec's description (the run's note becomes it plus the table)
 # MLflow ≥ 3 shows an experiment of this kind in its "Model training" view (when its sidebar has no
 # GenAI / Model training switch; with the switch, the URLs the sweep prints carry workflowType instead).
@@ -130,7 +131,7 @@ def open_parent_run(
         experiment_id,
         run_name=sweep_id,
         tags={SWEEP_ID_TAG: sweep_id, SPEC_NAME_TAG: spec.name, "mlflow.note.content": spec.description,
-              DESCRIPTION_TAG: spec.description, "mlflow.runColor": PARENT_COLOR},
+              DESCRIPTION_TAG: spec.description, LR_SOURCE_TAG: spec.lr_source, "mlflow.runColor": PARENT_COLOR},
     )
     params = {
         "spec_name": spec.name,

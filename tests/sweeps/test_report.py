@@ -19,7 +19,7 @@ from sweeps.report import TokenStats, ablation_results, build_report, token_diag
 from sweeps.ablation import AblationResults
 from sweeps.results import find_parent, read_sweep
 from sweeps.table_views import wide_tables
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
+from sweeps.tracking import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
 
 SWEEP_ID = "unit-sweep-20260101-000000"
 FINAL_STEP = 3
@@ -169,6 +169,20 @@ def test_a_table_of_one_lr_per_arm_says_nothing_chose_it(store: dict) -> None:
     tables = wide_tables(AblationResults.model_validate(ablation_results(store["uri"], store["parent_id"])))
     assert tables and all("not chosen on validation" in t.title and "lr chosen on validation" not in t.title
                           for t in tables), [t.title for t in tables]
+
+
+def test_a_table_of_fixed_lrs_cites_the_source_the_spec_names(store: dict) -> None:
+    """A spec that fixes one lr per arm names who chose them (``lr_source``): the title cites it."""
+    client = store["client"]
+    client.set_tag(store["parent_id"], LR_SOURCE_TAG, "benchmarks/RESULTS.md, learning_efficiency")
+    try:
+        results = AblationResults.model_validate(ablation_results(store["uri"], store["parent_id"]))
+    finally:
+        client.delete_tag(store["parent_id"], LR_SOURCE_TAG)
+    assert results.lr_source == "benchmarks/RESULTS.md, learning_efficiency"
+    titles = [t.title for t in wide_tables(results)]
+    assert titles and all("fixed by the spec, from benchmarks/RESULTS.md, learning_efficiency" in t
+                          and "chosen on validation" not in t for t in titles), titles
 
 
 def test_report_files_and_parent_artifacts(store: dict) -> None:

@@ -202,3 +202,22 @@ def test_the_shipped_specs_table_counts_each_specs_trials() -> None:
     stated = {name: int(count.replace(",", "")) for name, count in rows}
     assert set(stated) == set(spec_names()), stated
     assert {name: len(grid_points(load_spec(name))) for name in stated} == stated
+
+
+@pytest.mark.parametrize("name", spec_names())
+def test_every_shipped_spec_says_where_its_lrs_come_from(name: str) -> None:
+    """A report's header cites the spec's lr_source; a shipped spec that compares methods on CPU runs each
+    at an lr of its own (``lr_by_method``), never the preset's one lr by default."""
+    spec = load_spec(name)
+    assert spec.lr_source.strip(), f"{name}: no lr_source"
+    compares = spec.base.preset.startswith("cpu-tiny") and name != "cpu-zoo"  # the zoo checks methods run
+    if compares:
+        methods = {point["method"] for point in grid_points(spec)}
+        assert spec.grid.lr_by_method and methods <= set(spec.grid.lr_by_method), (name, methods)
+        assert "validation" in spec.lr_source
+
+
+def test_an_lr_source_is_one_line(write_spec) -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        load_spec(write_spec(lr_source="from a benchmark\n$(id)"))
+    assert "lr_source" in str(excinfo.value)
