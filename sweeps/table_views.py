@@ -57,9 +57,10 @@ def lr_label(cells: list[Cell], source: str = "") -> str:
     single = {next(iter(lrs)) for lrs in lrs_by_arm.values()}
     if source:
         if len(single) > 1:
-            return f"one lr per arm, fixed by the spec, from {source}"
+            return f"one lr per arm, from {source}"
         lr = next(iter(single))
-        return f"every arm at {f'lr {lr:g}' if lr is not None else 'its config lr'}, fixed by the spec, from {source}"
+        at = f"lr {lr:g}" if lr is not None else "its config's lr"
+        return f"every arm at {at}, from {source}"
     if len(single) == 1:
         lr = next(iter(single))
         return f"every arm at lr {lr:g}, one lr set by the spec (not chosen on validation)" if lr is not None \
@@ -208,12 +209,13 @@ def to_html(results: AblationResults, tables: list[WideTable], extra: str = "") 
 
 
 def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Group]:
-    """One renderable per table: its title as a line of its own (a table's own title would wrap to the
-    table's width, a few words a line), then the table. Cells are escaped: a row label such as
+    """One renderable per table: its title as lines of their own (a table's own title would wrap to the
+    table's width, a few words a line) — what it is, then how its lrs were chosen — then the table. Cells are escaped: a row label such as
     ``ets-release [mini_batch, ÷all]`` is text, not rich markup."""
     views = []
     for table in tables:
-        title = " · ".join(part for part in (f"model {table.model_size}", table.algorithm, table.seeds, table.lrs) if part)
+        title = " · ".join(part for part in (f"model {table.model_size}", table.algorithm, table.seeds) if part)
+        title += f"\n{table.lrs}" if table.lrs else ""
         view = Table()
         view.add_column("method")
         view.add_column("mode")

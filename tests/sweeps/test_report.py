@@ -181,7 +181,7 @@ def test_a_table_of_fixed_lrs_cites_the_source_the_spec_names(store: dict) -> No
         client.delete_tag(store["parent_id"], LR_SOURCE_TAG)
     assert results.lr_source == "benchmarks/RESULTS.md, learning_efficiency"
     titles = [t.title for t in wide_tables(results)]
-    assert titles and all("fixed by the spec, from benchmarks/RESULTS.md, learning_efficiency" in t
+    assert titles and all("every arm at its config's lr, from benchmarks/RESULTS.md, learning_efficiency" in t
                           and "chosen on validation" not in t for t in titles), titles
 
 
