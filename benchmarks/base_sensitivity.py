@@ -1,14 +1,15 @@
-"""Is the base policy on a plateau? Greedy accuracy of each tiny preset's warm-up at 90, 95, 100, 105 and 110 % of
+"""Is the base policy on a plateau? Test accuracy of each tiny preset's warm-up at 90, 95, 100, 105 and 110 % of
 its steps.
 
 Every absolute number of a toy table moves with the base it starts from. A warm-up that sits on a learning
 transition turns a thread count's worth of floating-point difference into ten points of base accuracy (the old
-600-step base did). The preset's warm-up must be converged: its greedy test accuracy should change by
+600-step base did). The preset's warm-up must be converged: its test accuracy (as the preset evaluates) should change by
 ≤ 2 points when the warm-up is up to 10 % shorter or longer. The ±5 % points are there because ±10 % alone
 can miss a base that jumps between them (cpu-tiny-s's lr-1e-3 warm-up did: benchmarks/RESULTS.md, base_sensitivity). Each warm-up is the one a run would train
-(``orchestrator.base_policy.prepare_policy``, cached and checksummed). It is scored greedily with HF ``generate`` on the preset's
-test split, with the task's own verifier. A run's step-0 vLLM evaluation reports the same base under
-``base/accuracy``.
+(``orchestrator.base_policy.prepare_policy``, cached and checksummed). It is scored with HF ``generate`` on the preset's
+test split, with the task's own verifier, the way the preset evaluates: greedily, or (``evaluation.greedy: false``)
+avg@k over k samples at the rollout temperature, seeded. A run's step-0 vLLM evaluation reports the same base under
+``base/accuracy`` (sampled: the same expectation, other random draws).
 
 ``--smoke`` scores the preset's own warm-up of ``cpu-tiny-s`` on 50 problems.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from benchmarks.report import BenchmarkResult, Figure
 
-PRESETS = ("cpu-tiny-s", "cpu-tiny-m")
+PRESETS = ("cpu-tiny-s", "cpu-tiny-m", "cpu-tiny-worked", "cpu-tiny-m-worked")
 FACTORS = (0.9, 0.95, 1.0, 1.05, 1.1)
 TOLERANCE_POINTS = 2.0
 TEST_SET = "arithmetic"
@@ -34,17 +35,19 @@ def run(smoke: bool) -> dict:
         measurements[preset] = {str(factor): score for factor, score in scores.items()}
         own = scores[1.0]["accuracy"]
         for factor, score in scores.items():
-            figures.append(Figure(f"{preset}: greedy test accuracy, warm-up {score['steps']} steps ({factor:.0%})",
+            figures.append(Figure(f"{preset}: test accuracy, warm-up {score['steps']} steps ({factor:.0%})",
                                   round(100 * score["accuracy"], 2), "%",
-                                  f"{score['correct']}/{score['problems']}; sha256 {score['checksum'][:16]}"))
+                                  f"{score['correct']}/{score['problems'] * score['samples']}; "
+                                  f"sha256 {score['checksum'][:16]}"))
         if len(scores) > 1:
             spread = max(abs(s["accuracy"] - own) for s in scores.values()) * 100
             figures.append(Figure(f"{preset}: largest change within ±10 % warm-up steps", round(spread, 2), "points",
                                   f"plateau (≤ {TOLERANCE_POINTS:g} points): {spread <= TOLERANCE_POINTS}"))
     return BenchmarkResult(
-        title="base policy: greedy test accuracy of each tiny preset's warm-up at 90–110 % of its steps",
+        title="base policy: test accuracy (as each preset evaluates) of each tiny preset's warm-up at 90–110 % of its steps",
         settings={"presets": list(presets), "factors": list(factors), "test_set": TEST_SET, "limit": limit,
-                  "tolerance_points": TOLERANCE_POINTS, "decoding": "HF generate, greedy, the preset's max_new_tokens"},
+                  "tolerance_points": TOLERANCE_POINTS, "decoding": "HF generate, the preset's evaluation (greedy, or avg@k at the "
+                  "rollout temperature) and max_new_tokens"},
         figures=figures, measurements=measurements,
     ).as_dict()
 
@@ -68,6 +71,11 @@ def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, 
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32).eval()
     spec = config.data.eval[TEST_SET]
     problems = load_dataset(spec if limit is None else spec.model_copy(update={"limit": limit}))
+    samples = 1 if config.evaluation.greedy else config.evaluation.k
+    decoding = {"do_sample": False} if config.evaluation.greedy else {
+        "do_sample": True, "temperature": config.rollout.temperature, "top_k": 0, "top_p": 1.0,
+        "num_return_sequences": samples}
+    torch.manual_seed(config.evaluation.seed)
     correct = 0
     with torch.inference_mode():
         for start in range(0, len(problems), 256):
@@ -79,9 +87,12 @@ def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, 
                 by_length.setdefault(len(ids), []).append((ids, problem))
             for items in by_length.values():
                 inputs = torch.tensor([ids for ids, _ in items])
-                out = model.generate(inputs, attention_mask=torch.ones_like(inputs), do_sample=False,
-                                     max_new_tokens=config.rollout.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-                for row, (_, problem) in zip(out[:, inputs.shape[1]:], items):
-                    correct += verify_arithmetic(tokenizer.decode(row, skip_special_tokens=True), problem) == 1.0
-    return {"steps": steps, "problems": len(problems), "correct": int(correct), "accuracy": correct / len(problems),
-            "checksum": base_checksum(policy)}
+                out = model.generate(inputs, attention_mask=torch.ones_like(inputs),
+                                     max_new_tokens=config.rollout.max_new_tokens, pad_token_id=tokenizer.eos_token_id,
+                                     **decoding)
+                rows = out[:, inputs.shape[1]:].reshape(len(items), samples, -1)
+                for answers, (_, problem) in zip(rows, items):
+                    correct += sum(verify_arithmetic(tokenizer.decode(row, skip_special_tokens=True), problem) == 1.0
+                                   for row in answers)
+    return {"steps": steps, "problems": len(problems), "samples": samples, "correct": int(correct),
+            "accuracy": correct / (samples * len(problems)), "checksum": base_checksum(policy)}

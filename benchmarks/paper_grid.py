@@ -327,7 +327,8 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
         shares = [r for r in roles.get(arm, []) if ROLE_KEYS[0] in r]
         where = "—" if not shares else (f"{100 * sum(r[ROLE_KEYS[0]] for r in shares) / len(shares):.1f} % "
                                         f"({100 * sum(r[ROLE_KEYS[1]] for r in shares) / len(shares):.1f} %)")
-        lines.append(f"| {arm} | {chosen[arm]:g} | {interval} | {len(values)}/{len(cell.seeds)} | {per_seed} | {where} |")
+        edge = " (grid edge)" if chosen[arm] in (min(LR_GRID[cell.size]), max(LR_GRID[cell.size])) else ""
+        lines.append(f"| {arm} | {chosen[arm]:g}{edge} | {interval} | {len(values)}/{len(cell.seeds)} | {per_seed} | {where} |")
     lines += ["", "| difference, paired by seed | mean [95 % t interval] | n | per seed |", "|---|---|---|---|"]
     for a, b in COMPARISONS:
         if a in test and b in test:

@@ -58,9 +58,11 @@ def test_lrs_are_chosen_on_validation_and_then_the_cells_are_planned() -> None:
         len(grid.lr_runs("tiny-s")) - len(grid.HEADLINE_ARMS) * len(grid.LR_SEEDS)
 
 
-def test_a_tie_on_validation_goes_to_the_smaller_lr() -> None:
+def test_a_tie_on_validation_goes_to_the_smaller_lr_and_is_marked_as_the_grid_edge() -> None:
     records = {run: _record(run, 0.4, run.lr) for run in grid.lr_runs("tiny-m")}
     assert set(grid.choose_lrs("tiny-m", records).values()) == {min(grid.LR_GRID["tiny-m"])}
+    headline = grid.tables(records).split("## tiny-m (")[1].split("— the headline")[1]
+    assert f"| none | {min(grid.LR_GRID['tiny-m']):g} (grid edge) |" in headline
 
 
 def test_tables_give_intervals_paired_differences_and_where_the_tokens_go() -> None:
@@ -74,9 +76,9 @@ def test_tables_give_intervals_paired_differences_and_where_the_tokens_go() -> N
     assert "### tiny-s · GRPO · top ρ = 0.2 — the headline" in text
     headline = text.split("— the headline")[1].split("###")[0]
     assert "| gmts-release − ets-release | +2.0 [+2.0, +2.0] | 5 |" in headline
-    assert "| gmts-release | 5e-05 | 52.2 [" in headline and "| 40.0 % (27.0 %) |" in headline
+    assert "| gmts-release | 5e-05 | 52.2 [" in headline  # 5e-5 is inside tiny-s's grid: no edge mark and "| 40.0 % (27.0 %) |" in headline
     assert "(lrs chosen at GRPO top-20 %, not in this cell)" in text
-    assert "lrs not chosen yet" in text.split("## tiny-m")[1]
+    assert "lrs not chosen yet" in text.split("## tiny-m (")[1]
     assert grid.seed_check(records) == []
     some = next(iter(records))
     records[some]["entry"]["first_step"]["reward/mean"] = 0.99
