@@ -45,7 +45,7 @@ from pathlib import Path
 from benchmarks.ray_session import start_local_ray
 from benchmarks.report import BenchmarkResult, Figure
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop
-from sweeps.statistics import Estimate, paired_difference, t_interval
+from sweeps.statistics import Estimate, paired_comparisons, t_interval
 from workers.learner.recipes import RECIPES
 
 logger = logging.getLogger(__name__)
@@ -181,13 +181,9 @@ def _table(cfg: dict, arms: list[Arm], finals: dict, per_run: list[dict]) -> dic
         figures.append(Figure(f"{arm.name}: test accuracy at its lr {chosen_lr[arm.name]:g} (chosen on validation)",
                               estimate.mean, "", f"{_interval(estimate)}; per seed {_per_seed(test[arm.name])}; "
                               f"lr curve (means over seeds): {lr_curve}; vs base: {drift}"))
-    for a, b in COMPARISONS:
-        if a in test and b in test:
-            difference = paired_difference(test[a], test[b])
-            if difference is not None:
-                per_seed = {s: test[a][s] - test[b][s] for s in sorted(set(test[a]) & set(test[b]))}
-                figures.append(Figure(f"{a} − {b}: test accuracy, paired by seed", difference.mean, "",
-                                      f"{_interval(difference)}; per seed {_per_seed(per_seed)}"))
+    for pair in paired_comparisons(test, COMPARISONS):
+        figures.append(Figure(f"{pair.a} − {pair.b}: test accuracy, paired by seed", pair.difference.mean, "",
+                              f"{_interval(pair.difference)}; per seed {_per_seed(pair.per_seed)}"))
     bases = {entry["base_accuracy"] for entry in per_run}
     figures.append(Figure("base policy test accuracy (step-0 evaluation of every run)",
                           next(iter(bases)) if len(bases) == 1 else None, "",

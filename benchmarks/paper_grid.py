@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.learning_efficiency import Arm, RunJournal, parse_shard
-from sweeps.statistics import paired_difference, t_interval
+from sweeps.statistics import paired_comparisons, t_interval
 
 logger = logging.getLogger(__name__)
 
@@ -330,16 +330,12 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
         edge = " (grid edge)" if chosen[arm] in (min(LR_GRID[cell.size]), max(LR_GRID[cell.size])) else ""
         lines.append(f"| {arm} | {chosen[arm]:g}{edge} | {interval} | {len(values)}/{len(cell.seeds)} | {per_seed} | {where} |")
     lines += ["", "| difference, paired by seed | mean [95 % t interval] | n | per seed |", "|---|---|---|---|"]
-    for a, b in COMPARISONS:
-        if a in test and b in test:
-            difference = paired_difference(test[a], test[b])
-            if difference is None:
-                continue
-            both = sorted(set(test[a]) & set(test[b]))
-            interval = f"{100 * difference.mean:+.1f}" + (
-                f" [{100 * difference.low:+.1f}, {100 * difference.high:+.1f}]" if difference.low is not None else "")
-            lines.append(f"| {a} − {b} | {interval} | {len(both)} | "
-                         + " / ".join(f"{100 * (test[a][s] - test[b][s]):+.1f}" for s in both) + " |")
+    for pair in paired_comparisons(test, COMPARISONS):
+        difference = pair.difference
+        interval = f"{100 * difference.mean:+.1f}" + (
+            f" [{100 * difference.low:+.1f}, {100 * difference.high:+.1f}]" if difference.low is not None else "")
+        lines.append(f"| {pair.a} − {pair.b} | {interval} | {difference.n} | "
+                     + " / ".join(f"{100 * value:+.1f}" for value in pair.per_seed.values()) + " |")
     return lines + [""]
 
 

@@ -38,7 +38,7 @@ from benchmarks.learning_efficiency import ARMS as LEARNING_EFFICIENCY_ARMS
 from benchmarks.learning_efficiency import FIRST_STEP_KEYS, Arm, RunJournal, _seed_check
 from benchmarks.report import BenchmarkResult, Figure, machine_info, versions, write_report
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop, run_loop_for_seconds
-from sweeps.statistics import paired_difference, t_interval
+from sweeps.statistics import paired_comparisons, t_interval
 
 logger = logging.getLogger("benchmarks.real_model")
 
@@ -153,17 +153,12 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
             for seed, r in sorted(runs.items()))
         figures.append(Figure(f"{arm}: held-out greedy accuracy after training", estimate.mean, "",
                               f"{interval}; {per_seed}"))
-    for a, b in COMPARISONS:
-        if a in accuracy and b in accuracy:
-            difference = paired_difference(accuracy[a], accuracy[b])
-            if difference is None:
-                continue
-            seeds = sorted(set(accuracy[a]) & set(accuracy[b]))
-            interval = ("1 seed, no interval" if difference.low is None else
-                        f"95 % t interval [{difference.low:.3f}, {difference.high:.3f}], n = {difference.n}")
-            figures.append(Figure(f"{a} − {b}: accuracy, paired by seed", difference.mean, "",
-                                  f"{interval}; per seed " + ", ".join(
-                                      f"{s}: {accuracy[a][s] - accuracy[b][s]:+.3f}" for s in seeds)))
+    for pair in paired_comparisons(accuracy, COMPARISONS):
+        difference = pair.difference
+        interval = ("1 seed, no interval" if difference.low is None else
+                    f"95 % t interval [{difference.low:.3f}, {difference.high:.3f}], n = {difference.n}")
+        figures.append(Figure(f"{pair.a} − {pair.b}: accuracy, paired by seed", difference.mean, "",
+                              f"{interval}; per seed " + ", ".join(f"{s}: {value:+.3f}" for s, value in pair.per_seed.items())))
     figures += _seed_check(records)
     return BenchmarkResult(
         title=f"held-out accuracy after the same RL training per arm, SmolLM2-135M-Instruct ({PRESET})",

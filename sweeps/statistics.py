@@ -49,3 +49,24 @@ def paired_difference(a: Mapping[int | None, float], b: Mapping[int | None, floa
     if not seeds:
         return None
     return t_interval([a[seed] - b[seed] for seed in seeds])
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    a: str
+    b: str
+    difference: Estimate  # a − b, over the seeds both arms finished
+    per_seed: dict[int, float]  # seed → a − b
+
+
+def paired_comparisons(by_arm: Mapping[str, Mapping[int, float]],
+                       pairs: Sequence[tuple[str, str]]) -> list[PairedComparison]:
+    """``a − b`` paired by seed for each (a, b) of ``pairs`` whose arms both ran and share a seed, in order."""
+    out = []
+    for a, b in pairs:
+        if a in by_arm and b in by_arm:
+            difference = paired_difference(by_arm[a], by_arm[b])
+            if difference is not None:
+                seeds = sorted((set(by_arm[a]) & set(by_arm[b])) - {None})
+                out.append(PairedComparison(a, b, difference, {s: by_arm[a][s] - by_arm[b][s] for s in seeds}))
+    return out

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sweeps.statistics import paired_difference, t_interval
+from sweeps.statistics import paired_comparisons, paired_difference, t_interval
 
 
 def test_t_interval_of_five_seeds_matches_the_hand_calculation() -> None:
@@ -28,3 +28,10 @@ def test_paired_difference_uses_the_seeds_both_arms_have() -> None:
     assert difference.n == 3 and difference.mean == pytest.approx(0.2 / 3, abs=1e-12)
     assert difference.high - difference.mean == pytest.approx(0.07171, abs=1e-5)
     assert paired_difference({0: 0.5}, {1: 0.4}) is None
+
+
+def test_paired_comparisons_skip_arms_that_did_not_run_or_share_no_seed() -> None:
+    by_arm = {"gmts": {0: 0.30, 1: 0.32, 2: 0.31}, "ets": {0: 0.28, 1: 0.29}, "none": {5: 0.1}}
+    pairs = paired_comparisons(by_arm, [("gmts", "ets"), ("gmts", "random"), ("gmts", "none")])
+    assert [(p.a, p.b) for p in pairs] == [("gmts", "ets")]
+    assert pairs[0].per_seed == pytest.approx({0: 0.02, 1: 0.03}) and pairs[0].difference.n == 2
