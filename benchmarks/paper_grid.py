@@ -28,7 +28,7 @@ Hours on 2 cores, so it runs from a journal: ``--journal FILE`` appends every fi
 (same preset, steps, overrides and training code: ``learning_efficiency.RunJournal``); ``--shard k/n`` runs only the
 runs whose key hashes to k mod n, so two processes share a journal; an invocation finds what is still missing,
 runs it (step 3 only once step 1 is complete for that size) and prints the tables from the journal. ``--plan``
-prints what is missing and what it would cost; ``--tables-only`` runs nothing.
+prints what is missing; ``--tables-only`` runs nothing; ``--smoke`` makes one real 2-step run without the warm-up.
 
     python -m benchmarks.paper_grid --journal benchmarks/journals/paper_grid.jsonl --plan
 """
@@ -55,6 +55,9 @@ VALIDATION_METRIC = "eval/arithmetic_val/accuracy"
 FIRST_STEP_KEYS = ("train/accuracy", "reward/mean", "train/response_length")
 ROLE_KEYS = ("selection/decision_share", "selection/decision_base_share")
 SHOWN_ANSWERS = 6
+SMOKE_OVERRIDES = ("warmup.enabled=false", "data.prompts_per_step=8", "learner.mini_batch_size=64",
+                   "learner.micro_batch_size=64", "data.eval.arithmetic.limit=8", "data.eval.arithmetic_val.limit=8",
+                   "evaluation.compare_to_base=false")
 RL_STEPS = 40
 LR_SEEDS = (0, 1, 2)
 HEADLINE_SEEDS = (0, 1, 2, 3, 4)
@@ -114,6 +117,7 @@ class PlannedRun:
     lr: float
     seed: int
     steps: int
+    extra: tuple[str, ...] = ()  # --smoke's cuts (never in a journal)
 
     @property
     def preset(self) -> str:
@@ -122,7 +126,7 @@ class PlannedRun:
     def overrides(self) -> list[str]:
         selection = [] if self.arm == "none" else [f"selection.ratio={self.ratio}", f"selection.mode={self.mode}"]
         return [*ARMS[self.arm].config_overrides(), *selection, f"algorithm.name={self.algorithm}",
-                f"learner.lr={self.lr}", f"training.seed={self.seed}"]
+                f"learner.lr={self.lr}", f"training.seed={self.seed}", *self.extra]
 
     def key(self) -> dict:
         return {"benchmark": "paper_grid", "preset": self.preset, "steps": self.steps, "arm": self.arm,
@@ -214,9 +218,10 @@ def _answers(result) -> list[dict]:
     for index in range(SHOWN_ANSWERS):
         row = {}
         for when, evaluation in (("base", result.base_evaluation), ("trained", result.final_evaluation)):
-            if evaluation is None or "arithmetic" not in evaluation.answers or index >= len(evaluation.answers["arithmetic"]):
+            answers = evaluation.answers.get("arithmetic", []) if evaluation is not None else []
+            if index >= len(answers):
                 continue
-            row[when] = evaluation.answers["arithmetic"][index]
+            row[when] = answers[index]
             row[f"{when}_reward"] = evaluation.rewards["arithmetic"][index]
         rows.append(row)
     return rows
@@ -316,7 +321,8 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
             roles[run.arm].append(records[run]["entry"].get("roles", {}))
     lines = [f"### {cell.label}" + (" — the headline" if cell.headline else
                                      " (lrs chosen at GRPO top-20 %, not in this cell)"), "",
-             "| arm | lr | test accuracy, mean [95 % t interval] | n | per seed | decisions among selected (base rate) |",
+             "| arm | lr | test accuracy, mean [95 % t interval] | n | per seed "
+             "| decisions among selected (base rate) |",
              "|---|---|---|---|---|---|"]
     for arm in cell.arms:
         values = test.get(arm, {})
@@ -328,7 +334,8 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
         where = "—" if not shares else (f"{100 * sum(r[ROLE_KEYS[0]] for r in shares) / len(shares):.1f} % "
                                         f"({100 * sum(r[ROLE_KEYS[1]] for r in shares) / len(shares):.1f} %)")
         edge = " (grid edge)" if chosen[arm] in (min(LR_GRID[cell.size]), max(LR_GRID[cell.size])) else ""
-        lines.append(f"| {arm} | {chosen[arm]:g}{edge} | {interval} | {len(values)}/{len(cell.seeds)} | {per_seed} | {where} |")
+        lines.append(f"| {arm} | {chosen[arm]:g}{edge} | {interval} | {len(values)}/{len(cell.seeds)} | {per_seed} "
+                     f"| {where} |")
     lines += ["", "| difference, paired by seed | mean [95 % t interval] | n | per seed |", "|---|---|---|---|"]
     for pair in paired_comparisons(test, COMPARISONS):
         difference = pair.difference
@@ -351,14 +358,21 @@ def seed_check(records: dict[PlannedRun, dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.paper_grid", description=__doc__.splitlines()[0])
-    parser.add_argument("--journal", type=Path, required=True, help="JSON-lines journal: reused and appended to")
+    parser.add_argument("--journal", type=Path, help="JSON-lines journal: reused and appended to (required but "
+                        "with --smoke)")
     parser.add_argument("--steps", type=int, default=RL_STEPS, help=f"RL steps per run (default {RL_STEPS})")
     parser.add_argument("--shard", help="k/n: run only the runs whose key hashes to k mod n")
     parser.add_argument("--limit", type=int, help="stop after this many new runs")
     parser.add_argument("--plan", action="store_true", help="print what is missing, run nothing")
     parser.add_argument("--tables-only", action="store_true", help="print the tables from the journal, run nothing")
+    parser.add_argument("--smoke", action="store_true", help="one real run of the grid's first kind, cut to 2 steps "
+                        "without the warm-up, its record printed (no journal written)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.smoke:
+        return _smoke()
+    if args.journal is None:
+        parser.error("--journal is required (the runs are hours: they go to a journal)")
     shard = parse_shard(args.shard)
     journal = RunJournal(args.journal)
     if args.plan:
@@ -376,6 +390,24 @@ def main(argv: list[str] | None = None) -> int:
     print(tables(records, args.steps))
     problems = seed_check(records)
     print("\nseed check: " + ("passed" if not problems else "; ".join(problems)))
+    return 0
+
+
+def _smoke() -> int:
+    import dataclasses
+
+    import ray
+
+    from benchmarks.ray_session import start_local_ray
+
+    run = next(r for r in lr_runs("tiny-s", 2) if r.arm == "gmts-release")
+    run = dataclasses.replace(run, extra=SMOKE_OVERRIDES)
+    start_local_ray()
+    try:
+        record = execute(run)
+    finally:
+        ray.shutdown()
+    print(json.dumps(record, indent=1, default=str))
     return 0
 
 

@@ -158,7 +158,8 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
         interval = ("1 seed, no interval" if difference.low is None else
                     f"95 % t interval [{difference.low:.3f}, {difference.high:.3f}], n = {difference.n}")
         figures.append(Figure(f"{pair.a} − {pair.b}: accuracy, paired by seed", difference.mean, "",
-                              f"{interval}; per seed " + ", ".join(f"{s}: {value:+.3f}" for s, value in pair.per_seed.items())))
+                              f"{interval}; per seed "
+                              + ", ".join(f"{s}: {value:+.3f}" for s, value in pair.per_seed.items())))
     figures += _seed_check(records)
     return BenchmarkResult(
         title=f"held-out accuracy after the same RL training per arm, SmolLM2-135M-Instruct ({PRESET})",

@@ -210,8 +210,8 @@ def to_html(results: AblationResults, tables: list[WideTable], extra: str = "") 
 
 def to_rich(results: AblationResults, tables: list[WideTable]) -> list[Group]:
     """One renderable per table: its title as lines of their own (a table's own title would wrap to the
-    table's width, a few words a line) — what it is, then how its lrs were chosen — then the table. Cells are escaped: a row label such as
-    ``ets-release [mini_batch, ÷all]`` is text, not rich markup."""
+    table's width, a few words a line) — what it is, then how its lrs were chosen — then the table. Cells
+    are escaped: a row label such as ``ets-release [mini_batch, ÷all]`` is text, not rich markup."""
     views = []
     for table in tables:
         title = " · ".join(part for part in (f"model {table.model_size}", table.algorithm, table.seeds) if part)
