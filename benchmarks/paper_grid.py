@@ -28,7 +28,9 @@ Hours on 2 cores, so it runs from a journal: ``--journal FILE`` appends every fi
 (same preset, steps, overrides and training code: ``learning_efficiency.RunJournal``); ``--shard k/n`` runs only the
 runs whose key hashes to k mod n, so two processes share a journal; an invocation finds what is still missing,
 runs it (step 3 only once step 1 is complete for that size) and prints the tables from the journal. ``--plan``
-prints what is missing; ``--tables-only`` runs nothing; ``--smoke`` makes one real 2-step run without the warm-up.
+prints what is missing; ``--tables-only`` runs nothing; ``--code-version V`` lets those two read the runs of another
+checkout's training code (a grid runs for days from a worktree frozen at one commit while main moves on);
+``--smoke`` makes one real 2-step run without the warm-up.
 
     python -m benchmarks.paper_grid --journal benchmarks/journals/paper_grid.jsonl --plan
 """
@@ -365,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, help="stop after this many new runs")
     parser.add_argument("--plan", action="store_true", help="print what is missing, run nothing")
     parser.add_argument("--tables-only", action="store_true", help="print the tables from the journal, run nothing")
+    parser.add_argument("--code-version", help="with --plan or --tables-only: read the runs another checkout's training "
+                        "code made (its version is printed by --plan there); runs are only ever made, and journalled, "
+                        "with this checkout's")
     parser.add_argument("--smoke", action="store_true", help="one real run of the grid's first kind, cut to 2 steps "
                         "without the warm-up, its record printed (no journal written)")
     args = parser.parse_args(argv)
@@ -373,8 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         return _smoke()
     if args.journal is None:
         parser.error("--journal is required (the runs are hours: they go to a journal)")
+    if args.code_version and not (args.plan or args.tables_only):
+        parser.error("--code-version reads a journal (--plan, --tables-only); a run is journalled under the code "
+                     "that made it")
     shard = parse_shard(args.shard)
-    journal = RunJournal(args.journal)
+    journal = RunJournal(args.journal, args.code_version)
     if args.plan:
         records = load_records(journal, args.steps)
         todo = plan(records, args.steps)
@@ -387,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         run_missing(journal, args.steps, shard, args.limit)
         journal = RunJournal(args.journal)
     records = load_records(journal, args.steps)
+    print(f"training code version {journal.code_version}")
     print(tables(records, args.steps))
     problems = seed_check(records)
     print("\nseed check: " + ("passed" if not problems else "; ".join(problems)))

@@ -95,6 +95,21 @@ def test_the_journal_gives_back_what_was_added_under_the_same_code(tmp_path: Pat
     assert {r.shard_of(2) for r in grid.lr_runs("tiny-s")} == {0, 1}
 
 
+def test_another_checkouts_runs_are_read_only_when_named(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "grid.jsonl"
+    run = grid.lr_runs("tiny-s")[0]
+    RunJournal(path, code_version="frozen").add(run.key(), _record(run, 0.5, 0.49))
+    grid.main(["--journal", str(path), "--plan", "--code-version", "frozen"])
+    assert capsys.readouterr().out.startswith(f"1 of {grid.total_runs()} runs")
+    grid.main(["--journal", str(path), "--plan"])  # this checkout's code did not make that run
+    assert capsys.readouterr().out.startswith(f"0 of {grid.total_runs()} runs")
+    grid.main(["--journal", str(path), "--tables-only", "--code-version", "frozen"])
+    assert "training code version frozen" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # a run is journalled under the code that made it, never a named one
+        grid.main(["--journal", str(path), "--code-version", "frozen"])
+    assert "--code-version reads a journal" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("cell", grid.CELLS, ids=lambda c: c.label)
 def test_every_run_the_grid_would_start_is_a_valid_config(cell: grid.Cell) -> None:
     for run in grid.cell_runs(cell, dict.fromkeys(grid.ARMS, 5e-5))[:len(cell.arms)]:
