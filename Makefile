@@ -16,7 +16,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q --durations=25
 
-## Unit tests only (seconds).
+## The quick loop: what starts no engine, cluster, process group, server or driver (marked slow; CI runs all).
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 

@@ -531,6 +531,7 @@ def test_a_sweep_cancelled_before_its_parent_run_says_it_has_no_results(client, 
     assert repeat.status_code == 200 and repeat.json()["status"] == "cancelled"
 
 
+@pytest.mark.slow  # a real driver process, killed and reaped across an API restart
 def test_cancel_kills_a_driver_that_outlives_its_job_even_across_a_restart(settings, jobs) -> None:
     """Ray says STOPPED, yet a driver of the job goes on (it ignores SIGTERM) and opens an MLflow run
     after the cancel: the cancel answers 202 naming it, the service escalates to SIGKILL — here in a

@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, given, settings
@@ -59,6 +60,7 @@ def _operations(app):
     return [result.ok() for result in schema.get_all_operations()]
 
 
+@pytest.mark.slow  # hundreds of generated requests
 def test_schemathesis_finds_nothing(settings_, jobs, tmp_path: Path) -> None:
     with serve(create_app(settings_, jobs)) as url:
         with httpx.Client(base_url=url, headers=bearer(), timeout=60) as http:

@@ -57,6 +57,7 @@ def black_hole() -> Iterator[BlackHole]:
     hole.close()
 
 
+@pytest.mark.slow  # waits out the hung backends' timeouts
 def test_list_and_get_answer_from_sqlite_while_ray_and_mlflow_hang(settings, jobs, black_hole: BlackHole) -> None:
     # 1. Records as a healthy service leaves them: a running sweep with one trial run open in MLflow.
     with TestClient(create_app(settings, jobs), headers=bearer()) as client:

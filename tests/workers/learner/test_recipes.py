@@ -276,6 +276,7 @@ def _trl_worker(rank, world, port, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a gloo process group of real ranks
 def test_ets_trl_threshold_spans_every_rank():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -224,6 +224,7 @@ def _global_worker(rank, world, port, ratio, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a gloo process group of real ranks
 @pytest.mark.parametrize("ratio", [0.2, 0.55])
 def test_global_scope_matches_single_process_ranking_over_all_ranks(ratio):
     world = 2

@@ -183,6 +183,7 @@ def _global_worker(rank, world, port, method, ratio, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # a gloo process group of real ranks
 @pytest.mark.parametrize("method,ratio", [("kl_cov", 0.05), ("clip_cov", 0.05)])
 def test_global_covariance_population_is_exactly_the_single_process_one(method, ratio):
     """scope='global': means, n, the top-k and the random draw span every rank; verl's is per rank."""

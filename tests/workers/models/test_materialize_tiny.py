@@ -45,6 +45,7 @@ def test_transformers_loads_the_folder_and_scores_a_prompt(tiny_folder: Path):
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
+@pytest.mark.slow  # imports vLLM
 def test_vllm_tokenizer_loader_reads_the_folder(tiny_folder: Path):
     from vllm.tokenizers import get_tokenizer
 
