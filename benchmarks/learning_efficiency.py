@@ -188,7 +188,7 @@ def _table(cfg: dict, arms: list[Arm], finals: dict, per_run: list[dict]) -> dic
     figures.append(Figure("base policy test accuracy (step-0 evaluation of every run)",
                           next(iter(bases)) if len(bases) == 1 else None, "",
                           f"the same in all {len(per_run)} runs" if len(bases) == 1 else f"differs: {sorted(bases)}"))
-    figures += _seed_check(per_run)
+    figures += seed_check_figures(per_run)
     return BenchmarkResult(
         title="test accuracy after a fixed number of RL steps, each arm at its validation-chosen lr (cpu-tiny-s)",
         settings={"preset": PRESET, "seeds": cfg["seeds"], "rl_steps": cfg["steps"],
@@ -320,7 +320,7 @@ def _per_seed(values: dict[int, float]) -> str:
     return ", ".join(f"{seed}: {value:.3f}" for seed, value in sorted(values.items()))
 
 
-def _seed_check(per_run: list[dict]) -> list[Figure]:
+def seed_check_figures(per_run: list[dict]) -> list[Figure]:
     """The first step's rollouts: one signature per seed (all arms and lrs alike), a different one per seed."""
     by_seed: dict[int, set] = defaultdict(set)
     for entry in per_run:

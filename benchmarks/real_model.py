@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.learning_efficiency import ARMS as LEARNING_EFFICIENCY_ARMS
-from benchmarks.learning_efficiency import FIRST_STEP_KEYS, Arm, RunJournal, _seed_check
+from benchmarks.learning_efficiency import FIRST_STEP_KEYS, Arm, RunJournal, seed_check_figures
 from benchmarks.report import BenchmarkResult, Figure, machine_info, versions, write_report
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop, run_loop_for_seconds
 from sweeps.statistics import paired_comparisons, t_interval
@@ -160,7 +160,7 @@ def table(records: list[dict], problems: int, settings: dict) -> dict:
         figures.append(Figure(f"{pair.a} − {pair.b}: accuracy, paired by seed", difference.mean, "",
                               f"{interval}; per seed "
                               + ", ".join(f"{s}: {value:+.3f}" for s, value in pair.per_seed.items())))
-    figures += _seed_check(records)
+    figures += seed_check_figures(records)
     return BenchmarkResult(
         title=f"held-out accuracy after the same RL training per arm, SmolLM2-135M-Instruct ({PRESET})",
         settings=settings, figures=figures, measurements={"runs": records}).as_dict()

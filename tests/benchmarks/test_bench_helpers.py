@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.learning_efficiency import _seed_check
+from benchmarks.learning_efficiency import seed_check_figures
 from benchmarks.training_runs import LoopRun, rl_step_shape, step_breakdown
 from orchestrator.config_loader import load_experiment
 
@@ -53,11 +53,11 @@ def test_seed_check():
                 "first_step": {"train/accuracy": acc, "reward/mean": acc, "train/response_length": 3.5}}
 
     good = [entry(0, "none", 0.25), entry(0, "gmts", 0.25), entry(1, "none", 0.3), entry(1, "gmts", 0.3)]
-    assert [f.value for f in _seed_check(good)] == ["True", "True"]
+    assert [f.value for f in seed_check_figures(good)] == ["True", "True"]
     same_seeds = [entry(0, "none", 0.25), entry(1, "none", 0.25)]
-    assert [f.value for f in _seed_check(same_seeds)] == ["True", "False"]
+    assert [f.value for f in seed_check_figures(same_seeds)] == ["True", "False"]
     drift = [entry(0, "none", 0.25), entry(0, "gmts", 0.26)]
-    assert _seed_check(drift)[0].value == "False"
+    assert seed_check_figures(drift)[0].value == "False"
 
 
 def test_run_journal_reuses_runs_of_the_same_code_and_key_only(tmp_path):

@@ -532,10 +532,6 @@ register_selection_method(
     reference="Stabilizing Knowledge, Promoting Reasoning, arXiv 2507.15778")(None)
 
 
-# Defined once, from the registry: every method that scores by |ω| (reports pair them against ETS).
-GMTS_METHODS = tuple(name for name, method in SELECTION_METHODS.items() if method.gmts_like)
-
-
 def keep_count(n: torch.Tensor, ratio: float) -> torch.Tensor:
     """⌈ρ·n⌉ for a tensor of population sizes, exact for ratios with up to 9 decimals."""
     return torch.ceil(torch.round(n.double() * ratio, decimals=_RATIO_DECIMALS)).long()
