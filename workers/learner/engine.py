@@ -70,6 +70,7 @@ from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.rendezvous import Rendezvous
+from workers.rendezvous import listening_store, pin_gloo_to
 from workers.learner.losses import PolicyLossConfig, aggregation_weights, effective_grad_coef, ppo_clip_loss
 from workers.weights.object_store import HostWeights
 from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pass, needs_scoring_pass, pack_by_tokens,
@@ -86,14 +87,23 @@ CLIENT_STATE_KEY = "learner_client_state"
 
 
 def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, local_rank: int = 0) -> None:
-    """Join the learners' process group through DeepSpeed (gloo on CPU, NCCL on CUDA).
+    """Join the learners' process group (gloo on CPU, NCCL on CUDA), then hand it to DeepSpeed.
 
-    The environment variables are what ``deepspeed.init_distributed`` reads when no launcher ran.
+    The group is built on our own store, not DeepSpeed's env:// one, so that rank 0 listens on ``master_addr``
+    only; DeepSpeed takes over a group that already exists. The environment variables are what DeepSpeed
+    and torch read about the rank when no launcher ran.
     """
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                       MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
     load_cpu_comm_op()  # what init_distributed would build itself, but safe beside other checkouts and dead builds
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo")
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    timeout = deepspeed.constants.default_pg_timeout
+    store = listening_store(master_addr, master_port, world_size, rank == 0, timeout)
+    pin_gloo_to(master_addr)
+    device = torch.device("cuda", local_rank) if backend == "nccl" and world_size > 1 else None
+    torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
+                                         device_id=device)
+    deepspeed.init_distributed(dist_backend=backend)
 
 
 class ResponseLogitsPolicy(nn.Module):

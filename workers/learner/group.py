@@ -24,7 +24,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, Place
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine
-from workers.learner.rendezvous import Rendezvous, free_address
+from workers.learner.rendezvous import Rendezvous
+from workers.rendezvous import free_address
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.schedule import shard
 from workers.learner.selection import SelectionConfig
@@ -58,9 +59,9 @@ class LearnerGroup:
                                                            placement_group_bundle_index=bundle_offset + rank)
                           for rank in range(self.num_actors)]
         probe = ray.remote(free_address).options(num_cpus=0, scheduling_strategy=strategies[0])
-        master_addr, master_port = ray.get(probe.remote())
+        master_addr, master_port, master_node = ray.get(probe.remote())
         if placement_group is None:  # rank 0 must listen where the port was found free
-            strategies[0] = NodeAffinitySchedulingStrategy(node_id=_node_of(master_addr), soft=False)
+            strategies[0] = NodeAffinitySchedulingStrategy(node_id=master_node, soft=False)
         self.actors = [
             LearnerActor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor,
                                  scheduling_strategy=strategies[rank], runtime_env=runtime_env)
@@ -107,8 +108,9 @@ class LearnerGroup:
     # join_weight_sync_group and broadcast_weights return Ray ObjectRefs: they are collectives with the
     # rollout workers, so the caller must ray.get them together with the rollout side's calls.
     def weight_sync_address(self) -> tuple[str, int]:
-        """Rank 0's node address and a free port there: where the weight-sync group's store will listen."""
-        return ray.get(self.actors[0].__ray_call__.remote(lambda engine: free_address()))
+        """Rank 0's rendezvous address and a free port there: where the weight-sync group's store will listen."""
+        host, port, _ = ray.get(self.actors[0].__ray_call__.remote(lambda engine: free_address()))
+        return host, port
 
     def weight_sync_device(self) -> str | None:
         return ray.get(self.actors[0].weight_sync_device.remote())
@@ -134,7 +136,3 @@ class LearnerGroup:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
-
-
-def _node_of(address: str) -> str:
-    return next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeManagerAddress"] == address)

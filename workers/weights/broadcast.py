@@ -34,6 +34,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from workers.rendezvous import listening_store, pin_gloo_to
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_BUCKET_BYTES = 256 * 1024**2
@@ -65,7 +67,8 @@ def join_group(host: str, port: int, rank: int, world_size: int, backend: str,
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside the weight-sync group of {world_size}")
     timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
+    store = listening_store(host, port, world_size, rank == 0, timeout)
+    pin_gloo_to(host)
     prefixed = dist.PrefixStore(STORE_PREFIX, store)
     if backend == "nccl":
         options = dist.ProcessGroupNCCL.Options()

@@ -1,7 +1,9 @@
 """LearnerGroup: two DeepSpeed ranks as Ray actors (gloo), ZeRO-2, global token selection."""
 
+import os
 import socket
 
+import psutil
 import pytest
 import ray
 import torch
@@ -15,6 +17,7 @@ from workers.learner.engine import LearnerEngine, init_process_group
 from workers.learner.group import LearnerGroup
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig
+from workers.rendezvous import LOOPBACK
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +71,18 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
     group = LearnerGroup(model_dir, learner, loss, SelectionConfig(method="ets", ratio=0.5, scope="global"),
                          use_reference=True, placement_group=bundles, bundle_offset=0)
     try:
+        # One machine: the ranks met on loopback, where rank 0's store listens and nowhere else; the weight-sync
+        # store will listen there too.
+        def rendezvous_listeners(engine) -> tuple[str, set[str]]:  # nested: Ray pickles it by value
+            port = int(os.environ["MASTER_PORT"])
+            return os.environ["MASTER_ADDR"], {conn.laddr.ip for conn in psutil.net_connections(kind="inet")
+                                               if conn.pid == os.getpid() and conn.status == psutil.CONN_LISTEN
+                                               and conn.laddr.port == port}
+
+        addr, listening = ray.get(group.actors[0].__ray_call__.remote(rendezvous_listeners))
+        assert addr == LOOPBACK and listening == {LOOPBACK}, (addr, listening)
+        assert group.weight_sync_address()[0] == LOOPBACK
+
         prepared = group.compute_reference_stats(batch)
         assert prepared.batch_size == batch.batch_size and prepared.ref_logp is not None
         # One call per rank: each scores π_old / π_ref on its own shard (kl_coef > 0) and compares π_old with
