@@ -512,7 +512,8 @@ class LearnerEngine:
         return record
 
     def _warn_if_groups_are_cut(self, batch: TrainBatch) -> None:
-        if self.selection.scope != "group" or self.selection.method == "none" or self._warned_group_split:
+        keeps_all = SELECTION_METHODS[self.selection.method].keeps_every_token
+        if self.selection.scope != "group" or keeps_all or self._warned_group_split:
             return
         budget, lengths = self.learner.max_tokens_per_micro_batch, batch.attention_mask.sum(-1)
         if budget is None:

@@ -30,7 +30,7 @@ import torch
 
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
-from workers.learner.selection import MINI_BATCH_SCOPES, SelectionConfig
+from workers.learner.selection import MINI_BATCH_SCOPES, SELECTION_METHODS, SelectionConfig
 
 
 def loss_units(response_mask: torch.Tensor, loss_agg: str) -> float:
@@ -58,7 +58,8 @@ def needs_scoring_pass(selection: SelectionConfig, micro_batches: int) -> bool:
 
     A mini-batch that is one micro-batch never needs one: its training forward scores the whole
     population (on every rank for ``global``)."""
-    return selection.method != "none" and selection.scope in MINI_BATCH_SCOPES and micro_batches > 1
+    keeps_all = SELECTION_METHODS[selection.method].keeps_every_token
+    return not keeps_all and selection.scope in MINI_BATCH_SCOPES and micro_batches > 1
 
 
 def mini_batches_per_epoch(learner: LearnerConfig, rows: int) -> int:

@@ -132,6 +132,11 @@ class SelectionMethod:
     display_name: str = ""
 
     @property
+    def keeps_every_token(self) -> bool:
+        """Neither scores nor selects (the full-token baseline): no population, no scoring pass, no ρ axis."""
+        return self.score is None and self.select is None
+
+    @property
     def ratio_is_kept_share(self) -> bool:
         """ρ is the share of tokens kept (a report's ratio columns); else it is a setting of the method's own."""
         return self.uses_ratio and self.ratio_means == KEPT_SHARE

@@ -180,3 +180,11 @@ def test_pack_by_tokens_cuts_a_group_over_the_budget_and_reaches_min_pieces():
     assert [p.group_ids.unique().tolist() for p in more] in ([[0], [0], [1]], [[0], [1], [1]])
     with pytest.raises(ValueError, match="into 9"):
         pack_by_tokens(batch, max_tokens=10**6, min_pieces=9)
+
+
+def test_only_the_full_token_baseline_keeps_every_token_and_it_needs_no_scoring_pass():
+    from workers.learner.selection import SELECTION_METHODS
+
+    assert [name for name, method in SELECTION_METHODS.items() if method.keeps_every_token] == ["none"]
+    assert not needs_scoring_pass(SelectionConfig(method="none", scope="mini_batch"), micro_batches=4)
+    assert needs_scoring_pass(SelectionConfig(method="ets", ratio=0.2, scope="mini_batch"), micro_batches=4)
