@@ -62,7 +62,7 @@ Named settings that reproduce a published convention exactly live in
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -119,6 +119,9 @@ class SelectionMethod:
     select: Callable[[ScoreInputs, Population], Selection] | None = None
     uses_ratio: bool = True  # reads selection.ratio (required then; must be unset otherwise)
     scopes: tuple[str, ...] | None = None  # the populations it supports; None = every scope
+    # scope → the rule its authors apply there, and the only one allowed at that scope (a reference's own rule)
+    rule_at_scope: dict[str, str] = field(default_factory=dict)
+    rule_note: str = ""  # what that rule is, for the error that refuses another
     # What a table of methods says (docs/methods.md, reports): family, what it scores, what it changes, where from.
     family: str = ""
     weight: str = ""
@@ -273,12 +276,13 @@ class SelectionConfig(BaseModel):
             raise ValueError(f"ratio: method {self.method!r} needs a ratio in (0, 1]")
         if method.scopes is not None and self.scope not in method.scopes:
             raise ValueError(f"scope: method {self.method!r} supports scope {list(method.scopes)}, got {self.scope!r}")
-        if self.method == "archer" and self.scope == "response":
-            if "rule" in self.model_fields_set and self.rule != "quantile":
-                raise ValueError(f"rule: archer at scope 'response' is its authors' rule (strictly above each "
-                                 f"response's (1 − ρ)-quantile); leave rule unset or 'quantile', got {self.rule!r}")
+        forced = method.rule_at_scope.get(self.scope)
+        if forced is not None:
+            if "rule" in self.model_fields_set and self.rule != forced:
+                raise ValueError(f"rule: {self.method} at scope {self.scope!r} is its authors' rule ({method.rule_note}); "
+                                 f"leave rule unset or {forced!r}, got {self.rule!r}")
             # Recorded as what runs, so that a dumped config (a sweep trial's, a checkpoint's) validates again.
-            self.rule = "quantile"
+            self.rule = forced
         return self
 
     @property
@@ -531,6 +535,7 @@ register_selection_method(
     reference="Reasoning with Exploration: An Entropy Perspective, arXiv 2506.14758")(None)
 register_selection_method(
     "archer", select=_archer, display_name="Archer",
+    rule_at_scope={"response": "quantile"}, rule_note="strictly above each response's (1 − ρ)-quantile",
     ratio_means="share of tokens given the high-entropy constraints",
     family="dual-token constraints", weight="H_t (top ρ = high-entropy)",
     changes="per-token clip range and KL weight; no mask",
