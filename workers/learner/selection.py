@@ -120,7 +120,7 @@ class SelectionMethod:
     uses_ratio: bool = True  # reads selection.ratio (required then; must be unset otherwise)
     scopes: tuple[str, ...] | None = None  # the populations it supports; None = every scope
     # scope → the rule its authors apply there, and the only one allowed at that scope (a reference's own rule)
-    rule_at_scope: dict[str, str] = field(default_factory=dict)
+    rule_at_scope: dict[str, str] = field(default_factory=dict, hash=False)  # a dict: no part of the hash
     rule_note: str = ""  # what that rule is, for the error that refuses another
     # What a table of methods says (docs/methods.md, reports): family, what it scores, what it changes, where from.
     family: str = ""
