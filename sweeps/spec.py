@@ -205,10 +205,11 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
     points += [dict(point) for point in spec.trials]
     unique: list[dict[str, Any]] = []
     for point in points:
-        if point.get("method") in SELECTION_METHODS and SELECTION_METHODS[point["method"]].keeps_every_token:
+        registered = SELECTION_METHODS.get(point.get("method"))
+        if registered is not None and registered.keeps_every_token:
             # The full-token baseline has no ratio, mode, scope or denominator: one trial, not one per value.
             point = {k: v for k, v in point.items() if k not in SELECTION_ONLY_AXES}
-        elif point.get("method") in SELECTION_METHODS and not SELECTION_METHODS[point["method"]].uses_ratio:
+        elif registered is not None and not registered.uses_ratio:
             point = {k: v for k, v in point.items() if k != "ratio"}  # e.g. entropy_adv: one trial, not one per ρ
         elif point.get("method") in RECIPES:
             # A recipe fixes its scope and denominator: one trial, not one per value of those axes.

@@ -38,7 +38,8 @@ def _other_rank(port: int, results) -> None:
 def test_a_group_on_loopback_listens_on_loopback_only(monkeypatch) -> None:
     """torch's own TCPStore, given 127.0.0.1, still listens on every interface, and gloo on the address the
     hostname resolves to: both ranks here listen on 127.0.0.1 and nowhere else."""
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "")  # recorded, so that what pin_gloo_to sets is undone after
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
     port = _free_port()
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -65,7 +66,8 @@ def test_a_group_on_loopback_listens_on_loopback_only(monkeypatch) -> None:
 
 
 def test_gloo_is_pinned_only_on_loopback_and_never_over_a_users_choice(monkeypatch) -> None:
-    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME")
     pin_gloo_to("192.0.2.7")  # a routable address: the cluster's own setting decides
     assert "GLOO_SOCKET_IFNAME" not in os.environ
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth7")
