@@ -35,6 +35,7 @@ BENCHMARKS = (
     "selection_scope",
     "sweep_efficiency",
     "vs_trl",
+    "staleness",
     "learning_efficiency",
 )
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"

@@ -1,7 +1,8 @@
 """Run checkpoints: the learners' DeepSpeed state plus the loop's own state, saved every K steps.
 
 Layout: ``<run_dir>/checkpoints/step_000040/`` holds the DeepSpeed checkpoint (model, optimizer,
-scheduler of every rank) and ``run_state.json`` (step, data position, next group id, MLflow run
+scheduler of every rank) and ``run_state.json`` (step, data position, next group id, the batches collected
+ahead with ``rollout.max_staleness``, MLflow run
 id), written last: a folder without it is an interrupted save and is ignored on resume.
 """
 

@@ -192,6 +192,17 @@ class ExperimentConfig(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _stale_batches_take_pi_old_from_the_engine(self) -> ExperimentConfig:
+        # A batch sampled k versions ago has the engine's logprobs as its behaviour policy; the learner's own pass
+        # would give the current weights' π instead, and the ratio would not correct for the lag at all.
+        if self.rollout.max_staleness > 0 and self.learner.old_logp_source != "rollout":
+            raise ValueError(
+                f"rollout.max_staleness={self.rollout.max_staleness} trains on batches sampled by older weights, "
+                "whose π_old is the engine's sampling logprobs: set learner.old_logp_source='rollout' (it is "
+                f"{self.learner.old_logp_source!r})")
+        return self
+
+    @model_validator(mode="after")
     def _colocation_pairs_engines_with_learners(self) -> ExperimentConfig:
         res = self.resources
         if not res.colocate:

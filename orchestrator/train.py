@@ -6,6 +6,8 @@
 One step, as data (``rl_step``):
     prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (π_old / π_ref
     and token selection inside, one call per rank) → rollout.update_weights → metrics (→ checkpoint)
+With ``rollout.max_staleness`` k > 0 the first three are those of a batch collected k steps earlier, and the
+engines collect the batch of step t+k while the learners train (orchestrator/rollout_ahead.py).
 """
 
 # ruff: noqa: E402  (the heavy imports follow the early --help on purpose)
@@ -54,6 +56,7 @@ from orchestrator.completion_table import log_completion_tables
 from orchestrator.evaluation import (BASE_REFERENCE_FILE, BaseReference, Evaluation, base_metrics, base_reference,
                                      evaluate)
 from orchestrator.resources import bundle_index, run_bundles
+from orchestrator.rollout_ahead import RolloutAhead
 from orchestrator.rollout_step import advantages_of, collect, token_roles
 from orchestrator.tracking import RunTracker
 from workers.learner.batch import TrainBatch
@@ -192,6 +195,7 @@ def train(
     if restored:
         tracker.reopen()
     workers: _Workers | None = None
+    ahead: RolloutAhead | None = None
     own_group = None
     status = "FAILED"
     board = ProgressBoard(interval=config.training.log_interval) if show_progress else None
@@ -225,10 +229,14 @@ def train(
             log_completion_tables(tracker, step, eval_sets, evaluation, config.evaluation.shown_completions)
             return evaluation.metrics
 
-        start_step, next_group_id = 0, 0
+        start_step, loop_state = 0, {}
         if restored:
-            start_step, next_group_id, base = _restore(restored, config, workers, sampler)
-        else:
+            start_step, loop_state, base = _restore(restored, config, workers, sampler)
+        ahead = RolloutAhead(
+            lambda first_group_id: collect(sampler, workers.rollout, workers.score, tokenizer, config, first_group_id),
+            config.rollout.max_staleness, next_group_id=loop_state.get("next_group_id", 0),
+            held=RolloutAhead.held_from(loop_state))
+        if not restored:
             with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
                 initial, base = _evaluate_base(config, workers, eval_sets, tokenizer)
             evaluations["base"] = initial
@@ -242,7 +250,7 @@ def train(
         last_step = config.training.steps
         for step in range(start_step + 1, config.training.steps + 1):
             step_started = time.perf_counter()
-            metrics, next_group_id, batch = rl_step(step, config, workers, sampler, tokenizer, next_group_id, batch)
+            metrics, batch = rl_step(step, config, workers, ahead, tokenizer, batch)
             if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
                 metrics.update(run_eval(step, f"at step {step}"))
             metrics["reward/failures_total"] = float(workers.reward_failures)
@@ -254,7 +262,7 @@ def train(
 
             saved = None
             if config.checkpoint.interval and step % config.checkpoint.interval == 0:
-                saved = _save(config, workers, sampler, step, next_group_id, tracker)
+                saved = _save(config, workers, sampler, step, ahead, tracker)
             elif not config.checkpoint.interval:
                 tracker.flush()
             if on_step is not None:
@@ -280,6 +288,8 @@ def train(
     finally:
         if board is not None:
             board.close()
+        if ahead is not None:
+            ahead.close()
         if workers is not None:
             workers.shutdown()
         if own_group is not None:
@@ -288,9 +298,10 @@ def train(
 
 
 def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Workers, sampler: PromptSampler
-             ) -> tuple[int, int, BaseReference | None]:
-    """A resumed run's learner, sampler and engines at its checkpoint; returns its step, next group id and the
-    base's recorded answers (None if the run never recorded them)."""
+             ) -> tuple[int, dict, BaseReference | None]:
+    """A resumed run's learner, sampler and engines at its checkpoint; returns its step, the rollout loop's state
+    (next group id, batches held ahead: ``RolloutAhead.state_dict``) and the base's recorded answers (None if the
+    run never recorded them)."""
     folder, state = restored
     workers.learners.load_checkpoint(folder)
     sampler.load_state_dict(state["sampler"])
@@ -298,7 +309,7 @@ def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Wo
     base_file = config.run_dir / BASE_REFERENCE_FILE
     base = BaseReference.load(base_file) if base_file.is_file() else None
     logger.info("Resumed from %s (step %d)", folder, state["step"])
-    return state["step"], state["next_group_id"], base
+    return state["step"], state, base
 
 
 def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict, tokenizer
@@ -316,25 +327,35 @@ def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict,
     return initial, base
 
 
-def rl_step(step: int, config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, tokenizer,
-            next_group_id: int, last_batch: TrainBatch | None) -> tuple[dict[str, float], int, TrainBatch | None]:
+def rl_step(step: int, config: ExperimentConfig, workers: _Workers, ahead: RolloutAhead, tokenizer,
+            last_batch: TrainBatch | None) -> tuple[dict[str, float], TrainBatch | None]:
     """One GRPO-style step: collect → rewards → advantages → batch → learner update → weight sync → metrics.
 
-    Returns the step's metrics, the next group id and the batch trained on (the previous one when every
-    group was dropped by dynamic sampling and nothing was trained)."""
-    rollouts, metrics, next_group_id = collect(sampler, workers.rollout, workers.score, tokenizer, config,
-                                               next_group_id)  # rollouts and their rewards
-    if not rollouts.num_groups:
-        return metrics, next_group_id, last_batch
-    advantages = advantages_of(rollouts, config)
-    roles, legend = token_roles(rollouts, tokenizer) or (None, None)
-    batch = TrainBatch.from_lists(
-        [s.prompt_ids for s in rollouts.samples], [s.response_ids for s in rollouts.samples], advantages,
-        rollouts.group_ids, pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in rollouts.samples],
-        token_roles=roles, role_legend=legend)
-    metrics.update(workers.learners.train_step(batch, step))
-    metrics["time/sync"] = workers.sync_weights()
-    return metrics, next_group_id, batch
+    The engines hold the weights of version step − 1. ``ahead`` gives the step's rollouts with their rewards
+    (collected now, or k steps ago with max_staleness k, while the learners train). Returns the step's metrics
+    and the batch trained on (the previous one when every group was dropped by dynamic sampling)."""
+    collected = ahead.take(version=step - 1)
+    rollouts, metrics = collected.rollouts, dict(collected.metrics)
+    staleness = step - 1 - collected.version  # learner versions since the weights that sampled the batch
+    if not 0 <= staleness <= config.rollout.max_staleness:
+        raise RuntimeError(f"step {step}: a batch sampled by version {collected.version} is {staleness} versions "
+                           f"old, past rollout.max_staleness={config.rollout.max_staleness}")
+    metrics["rollout/staleness"] = float(staleness)
+    batch = last_batch
+    if rollouts.num_groups:
+        advantages = advantages_of(rollouts, config)
+        roles, legend = token_roles(rollouts, tokenizer) or (None, None)
+        samples = rollouts.samples
+        batch = TrainBatch.from_lists(
+            [s.prompt_ids for s in samples], [s.response_ids for s in samples], advantages, rollouts.group_ids,
+            pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in samples],
+            token_roles=roles, role_legend=legend,
+            staleness=[staleness] * len(samples) if config.rollout.max_staleness else None)
+        metrics.update(workers.learners.train_step(batch, step))
+    metrics["time/rollout_wait"] = ahead.settle()  # the engines' weights change only between collections
+    if rollouts.num_groups:
+        metrics["time/sync"] = workers.sync_weights()
+    return metrics, batch
 
 
 class _Phases:
@@ -373,12 +394,12 @@ def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIME
     return group
 
 
-def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, step: int, next_group_id: int,
+def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, step: int, ahead: RolloutAhead,
           tracker: RunTracker) -> Path:
     folder = checkpointing.step_dir(config.run_dir, step)
     workers.learners.save_checkpoint(folder)
-    checkpointing.write_run_state(folder, {"step": step, "next_group_id": next_group_id,
-                                           "sampler": sampler.state_dict(), "mlflow_run_id": tracker.run_id})
+    checkpointing.write_run_state(folder, {"step": step, **ahead.state_dict(), "sampler": sampler.state_dict(),
+                                           "mlflow_run_id": tracker.run_id})
     # Metrics go to MLflow only once the checkpoint that covers them exists (see tracking.py).
     tracker.flush()
     checkpointing.prune(config.run_dir, config.checkpoint.keep_last)

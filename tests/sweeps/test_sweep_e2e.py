@@ -6,6 +6,9 @@ two faults a sweep must survive, run once for the whole module:
 2. while trial 1 runs, the sweep itself is interrupted (SIGINT, as Ctrl-C): ``--resume`` then
    reruns only trial 1, from its checkpoint, and finishes the sweep.
 
+Both trials roll out one step ahead of their learner (``rollout.max_staleness: 1``), so each fault strikes while
+a batch is being collected beside the update: the resumed trial continues from the batch its checkpoint held.
+
 The faults come from the test harness watching the sweep's files and processes (the CLI runs in a
 subprocess; its embedded Ray cluster is its own descendants, so only this sweep's learner is
 killed): production code has no test hook.
@@ -36,13 +39,13 @@ LEARNER_PROCESS = "ray::LearnerEngine"  # LearnerActor = ray.remote(LearnerEngin
 PRESET = {
     "extends": "cpu-tiny-s",
     "warmup": {"enabled": False},  # the plumbing is under test, not learning: skip the supervised warm-up
-    "rollout": {"n_samples": 4},
+    "rollout": {"n_samples": 4, "max_staleness": 1},
     # Both of the preset's held-out sets cut to 8 problems: left out here, the validation set keeps all its
     # 1,246, evaluated (with a learner forward for kl_to_base) at step 0 and at the end of every attempt.
     "data": {"eval": {"arithmetic": {"source": "arithmetic", "split": "test", "limit": 8},
                       "arithmetic_val": {"source": "arithmetic", "split": "validation", "limit": 8}},
              "prompts_per_step": 8},
-    "learner": {"mini_batch_size": 32, "micro_batch_size": 32},
+    "learner": {"mini_batch_size": 32, "micro_batch_size": 32, "old_logp_source": "rollout"},
     "training": {"steps": STEPS},
     "evaluation": {"interval": 0},
     "checkpoint": {"interval": CHECKPOINT_EVERY, "keep_last": 2},
@@ -172,6 +175,9 @@ def test_no_metric_step_logged_twice(sweep: dict) -> None:
             assert len(steps) == len(set(steps)), (child.data.params["method"], key, sorted(steps))
         reward_steps = sorted(m.step for m in client.get_metric_history(child.info.run_id, "reward/mean"))
         assert reward_steps == list(range(1, STEPS + 1))
+        # Across the fault too, each step trained the batch collected one step before it (its checkpoint held it).
+        lag = {m.step: m.value for m in client.get_metric_history(child.info.run_id, "rollout/staleness")}
+        assert lag == {1: 0.0, **{step: 1.0 for step in range(2, STEPS + 1)}}
 
 
 def test_killed_learner_trial_resumed_from_its_checkpoint(sweep: dict) -> None:

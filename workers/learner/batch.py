@@ -63,11 +63,16 @@ class TrainBatch:
     sampling_logp: torch.Tensor | None = None  # [B, T] the rollout engine's own logprobs, 0 off the mask
     token_roles: torch.Tensor | None = None  # [B, T] long: role ids of role_legend, NO_ROLE off the mask
     role_legend: RoleLegend | None = None  # given exactly when token_roles is
+    # [B] long: policy versions between the weights that sampled the row and the learner's before this step
+    # (None: all 0, on-policy). A row with staleness > 0 takes π_old from sampling_logp (see engine.py).
+    staleness: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         rows, length = self.input_ids.shape
         expected = {"attention_mask": (rows, length), "prompt_lengths": (rows,), "advantages": (rows,),
                     "group_ids": (rows,), "response_mask": (rows, self.response_mask.shape[-1])}
+        if self.staleness is not None:
+            expected["staleness"] = (rows,)
         for name in PER_TOKEN_OPTIONAL:
             if getattr(self, name) is not None:
                 expected[name] = tuple(self.response_mask.shape)
@@ -92,13 +97,14 @@ class TrainBatch:
         sampling_logp: Sequence[Sequence[float]] | None = None,
         token_roles: Sequence[Sequence[int]] | None = None,
         role_legend: RoleLegend | None = None,
+        staleness: Sequence[int] | None = None,
     ) -> TrainBatch:
         """Pad B (prompt, response) pairs; per-token lists (log-probs, role ids) have one entry per response
         token."""
         rows = len(prompt_ids)
         for name, values in (("response_ids", response_ids), ("advantages", advantages), ("group_ids", group_ids),
                              ("old_logp", old_logp), ("ref_logp", ref_logp), ("sampling_logp", sampling_logp),
-                             ("token_roles", token_roles)):
+                             ("token_roles", token_roles), ("staleness", staleness)):
             if values is not None and len(values) != rows:
                 raise ValueError(f"{name} has {len(values)} entries for {rows} prompts")
         if rows == 0:
@@ -128,6 +134,7 @@ class TrainBatch:
             sampling_logp=_pad_per_token(sampling_logp, response_ids, width, "sampling_logp"),
             token_roles=_pad_roles(token_roles, response_ids, width),
             role_legend=role_legend,
+            staleness=None if staleness is None else torch.tensor(list(staleness), dtype=torch.long),
         )
 
     @classmethod
@@ -162,6 +169,7 @@ class TrainBatch:
             **{name: stack(name, width) for name in PER_TOKEN_LOGP},
             token_roles=roles,
             role_legend=None if roles is None else legends.pop(),
+            staleness=_cat_staleness(batches),
         )
 
     def replace(self, **changes) -> TrainBatch:
@@ -211,7 +219,21 @@ class TrainBatch:
             group_ids=self.group_ids[rows],
             **{name: per_token(getattr(self, name)) for name in PER_TOKEN_OPTIONAL},
             role_legend=self.role_legend,
+            staleness=None if self.staleness is None else self.staleness[rows],
         )
+
+    @property
+    def is_stale(self) -> bool:
+        """Some row was sampled by older weights than the learner's before this step."""
+        return self.staleness is not None and bool((self.staleness > 0).any())
+
+
+def _cat_staleness(batches: Sequence[TrainBatch]) -> torch.Tensor | None:
+    """The rows' staleness in order; a batch without one is on-policy (0 on each row)."""
+    if all(b.staleness is None for b in batches):
+        return None
+    return torch.cat([b.staleness if b.staleness is not None else torch.zeros(b.batch_size, dtype=torch.long)
+                      for b in batches])
 
 
 def _pad_per_token(values: Sequence[Sequence[float]] | None, responses: Sequence[Sequence[int]], width: int,

@@ -38,6 +38,8 @@ gradient with respect to their logits, |ω_t|·G_t, does?
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from workers.learner.batch import RoleLegend
@@ -215,17 +217,69 @@ def gmts_score_spearman(entropy: torch.Tensor, grad_norm: torch.Tensor, omega: t
     """
     mask = mask.bool() & (omega != 0)
     score, true_norm = entropy.double() * omega.double().abs(), grad_norm.double() * omega.double().abs()
+    pooled = _pool_groups((score, true_norm), mask, group_ids)
+    if pooled is None:
+        return float("nan")
+    (x, y), members = pooled
+    return within_answer_spearman(x, y, members, min_tokens)
+
+
+def omega_vs_advantage_ranking(entropy: torch.Tensor, omega: torch.Tensor, advantages: torch.Tensor,
+                               mask: torch.Tensor, group_ids: torch.Tensor, ratio: float, min_tokens: int = 3
+                               ) -> dict[str, float]:
+    """How far GMTS's score H_t·|ω_t| ranks a group's tokens apart from H_t·|A_t| (what it reduces to on-policy,
+    where the importance ratio is 1 and nothing is clipped): ``selection/gmts_vs_h_abs_a_spearman``, the mean over
+    groups of Spearman's ρ between the two scores; ``selection/gmts_vs_h_abs_a_overlap``, the share of the tokens
+    each score puts in its group's top ⌈ρ·n⌉ that the other puts there too. Both are exactly 1 on-policy
+    without KL; they fall as the batch's sampler lags behind the learner (off-policy ratios, clipped tokens)."""
+    if advantages.dim() == 1:
+        advantages = advantages[:, None].expand_as(entropy)
+    scores = (entropy.double() * omega.double().abs(), entropy.double() * advantages.double().abs())
+    pooled = _pool_groups(scores, mask.bool(), group_ids)
+    if pooled is None:
+        return {}
+    (gmts, plain), members = pooled
+    kept = together = 0
+    for row in range(members.shape[0]):
+        n = int(members[row].sum())
+        k = max(1, math.ceil(ratio * n))
+        # Stable orders: equal scores (ties) fall the same way under both, so equal scores keep equal sets.
+        top = lambda score: set(torch.argsort(-score[row, :n], stable=True)[:k].tolist())
+        together += len(top(gmts) & top(plain))
+        kept += k
+    # Average ranks: the clipped tokens (ω = 0) tie, and an ordinal order among ties would be arbitrary.
+    spearman = within_answer_pearson(_tied_row_ranks(gmts, members), _tied_row_ranks(plain, members), members,
+                                     min_tokens)
+    return {"selection/gmts_vs_h_abs_a_spearman": spearman, "selection/gmts_vs_h_abs_a_overlap": together / kept}
+
+
+def _tied_row_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Each row's masked entries ranked 0..n−1 with ties given their mean rank (scipy's rankdata 'average')."""
+    ranks = torch.zeros_like(values, dtype=torch.float64)
+    for row in range(values.shape[0]):
+        members = mask[row]
+        _, inverse, counts = torch.unique(values[row][members], return_inverse=True, return_counts=True)
+        first = torch.cumsum(counts, 0) - counts  # the rank of each distinct value's first place (sorted order)
+        ranks[row][members] = (first + (counts - 1) / 2).double()[inverse]
+    return ranks
+
+
+def _pool_groups(values: tuple[torch.Tensor, ...], mask: torch.Tensor, group_ids: torch.Tensor
+                 ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor] | None:
+    """[B, T] values as [G, n_max] rows, one per group of rollouts (its answers' masked tokens side by side,
+    row order), with the mask of the filled places; None when no token is masked in."""
     groups = [mask & (group_ids == g)[:, None] for g in torch.unique(group_ids)]
     width = max((int(g.sum()) for g in groups), default=0)
     if width == 0:
-        return float("nan")
-    rows = len(groups)
-    x, y = torch.zeros(rows, width, dtype=torch.float64), torch.zeros(rows, width, dtype=torch.float64)
-    pooled = torch.zeros(rows, width, dtype=torch.bool)
+        return None
+    pooled = tuple(torch.zeros(len(groups), width, dtype=torch.float64) for _ in values)
+    filled = torch.zeros(len(groups), width, dtype=torch.bool)
     for row, members in enumerate(groups):
         n = int(members.sum())
-        x[row, :n], y[row, :n], pooled[row, :n] = score[members], true_norm[members], True
-    return within_answer_spearman(x, y, pooled, min_tokens)
+        filled[row, :n] = True
+        for out, value in zip(pooled, values):
+            out[row, :n] = value[members].double()
+    return pooled, filled
 
 
 def _row_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,7 @@ from workers.learner.batch import ResponseIndex, TrainBatch
 from workers.learner.deepspeed_ops import load_cpu_comm_op
 from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
-from workers.learner.diagnostics import selection_diagnostics
+from workers.learner.diagnostics import omega_vs_advantage_ranking, selection_diagnostics
 from workers.learner.rendezvous import Rendezvous
 from workers.rendezvous import listening_store, pin_gloo_to
 from workers.learner.losses import PolicyLossConfig, aggregation_weights, effective_grad_coef, ppo_clip_loss
@@ -298,8 +298,10 @@ class LearnerEngine:
         tokens: dict[str, int] = defaultdict(int)
         # π_old taken from the rollout: the engine–learner agreement is read off the first mini-batch's
         # forwards instead, which run at the weights the engine sampled with (no update yet this step).
+        # A stale batch was sampled by other weights than these: its gap is the lag (policy/ratio_abs_dev), not the
+        # numeric agreement of two implementations of one policy.
         measure_agreement = not agreement and batch.sampling_logp is not None and batch.old_logp is not None \
-            and self.learner.old_logp_source == "rollout"
+            and self.learner.old_logp_source == "rollout" and not batch.is_stale
         agreement_sums = [0.0, 0.0]  # Σ |sampling logp − logp| over response tokens, their count
         for epoch in range(cfg.ppo_epochs):
             shuffle = torch.Generator().manual_seed(_mix_seed(cfg.seed, step, epoch))
@@ -346,6 +348,13 @@ class LearnerEngine:
         them and the batch does not carry them; plus, when it carries the rollout's sampling logprobs, their
         mean absolute difference to the learner's π_old over the response tokens."""
         needs = needs_reference_pass(self.learner, batch.batch_size, self.loss.kl_coef)
+        if batch.is_stale:
+            # Sampled by older weights: π_old is the policy that sampled it, which only the engine recorded
+            # (this rank's weights have moved on since), whatever the schedule.
+            if self.learner.old_logp_source != "rollout":
+                raise ValueError("a batch with staleness > 0 (rollout.max_staleness) needs "
+                                 "learner.old_logp_source='rollout': its π_old is the engine's sampling logprobs")
+            needs = True
         if needs and self.learner.old_logp_source == "rollout" and batch.old_logp is None:
             if batch.sampling_logp is None:
                 raise ValueError("learner.old_logp_source='rollout': the batch carries no rollout logprobs "
@@ -481,6 +490,7 @@ class LearnerEngine:
         }
         if out.kl is not None:
             record["loss/kl"] = float(out.kl)
+        record.update(self._off_policy_record(micro, logp.detach(), old_logp, entropy.detach(), loss_config))
         # On CPU copies: diagnostics builds its quantile levels on the CPU (and it is all [B, T]-sized).
         cpu = lambda t: None if t is None else t.detach().cpu()
         # The advantages the loss used: a shaping method's (entropy_adv) replace the batch's.
@@ -491,6 +501,22 @@ class LearnerEngine:
             cpu(mask), cpu(entropy), cpu(grad_norm), advantages=cpu(advantages),
             loss_agg=loss_config.loss_agg, apply_to=self.selection.apply_to,
             token_roles=cpu(micro.token_roles), role_legend=micro.role_legend))
+        return record
+
+    def _off_policy_record(self, micro: TrainBatch, logp: torch.Tensor, old_logp: torch.Tensor,
+                           entropy: torch.Tensor, loss_config: PolicyLossConfig) -> dict[str, float]:
+        """How far this micro-batch is off-policy and what that does to GMTS's ranking: mean |r − 1| over its
+        response tokens, and how H·|ω| ranks its tokens against H·|A| (``omega_vs_advantage_ranking``). ω is the
+        loss's own (its ratio, clip state and KL term), without the aggregation weight (as GMTS-release ranks)."""
+        mask = micro.response_mask
+        ratio_dev = ((logp - old_logp).exp() - 1).abs()
+        record = {"policy/ratio_abs_dev": float((ratio_dev * mask).sum() / mask.sum().clamp(min=1))}
+        advantages = micro.advantages[:, None].expand_as(mask)
+        omega = effective_grad_coef(logp, old_logp, advantages, mask, loss_config, micro.ref_logp,
+                                    include_aggregation_weight=False)
+        ratio = self.selection.ratio if self.selection.ratio is not None else 1.0
+        record.update(omega_vs_advantage_ranking(entropy.cpu(), omega.cpu(), advantages.cpu(), mask.cpu(),
+                                                 micro.group_ids.cpu(), ratio))
         return record
 
     def _unclipped_grad_norm(self) -> float | None:

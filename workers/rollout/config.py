@@ -61,6 +61,14 @@ class RolloutConfig(BaseModel):
     weight_sync_bucket_bytes: int = Field(
         default=256 * 1024**2, gt=0, description="Bucket size of the bytes and collective weight-sync routes."
     )
+    max_staleness: int = Field(
+        default=0, ge=0,
+        description="Policy versions a batch may lag behind the learner (PRIME-RL's async_level). 0: the synchronous "
+        "loop, each step rolls out with the weights of the step before. k > 0: the engines roll out the batches of "
+        "the next k steps while the learners train, so a step costs about max(rollout, learner) + sync instead of "
+        "their sum; a batch is trained on exactly k versions after the weights that sampled it (fewer for the first "
+        "k steps), π_old being the engine's sampling logprobs (needs learner.old_logp_source='rollout').",
+    )
     seed: int = 0
 
     @property

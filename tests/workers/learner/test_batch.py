@@ -67,3 +67,22 @@ def test_token_roles_follow_every_cut_of_the_batch():
         batch.replace(role_legend=None)
     with pytest.raises(ValueError, match="token_roles\\[0\\] has 2 entries"):
         TrainBatch.from_lists([[1]], [[5, 6, 7]], [1.0], [0], pad_id=0, token_roles=[[0, 1]], role_legend=legend)
+
+
+def test_staleness_follows_every_cut_of_the_batch():
+    from workers.learner.schedule import shard, split_groups
+
+    batch = TrainBatch.from_lists([[1], [1], [1], [1]], [[5, 6], [5], [5, 6], [8]], [1.0, -1.0, 0.5, 0.0],
+                                  [0, 0, 1, 1], pad_id=0, staleness=[0, 0, 2, 2])
+    assert batch.staleness.tolist() == [0, 0, 2, 2] and batch.is_stale
+    assert split_groups(batch, 2)[1].staleness.tolist() == [2, 2] and not split_groups(batch, 2)[0].is_stale
+    assert torch.equal(TrainBatch.concat(shard(batch, 2)).staleness, batch.staleness)
+    plain = TrainBatch.from_lists([[1]], [[5]], [1.0], [0], pad_id=0)
+    assert plain.staleness is None and not plain.is_stale
+    # A batch without it is on-policy, beside one with it too.
+    assert TrainBatch.concat([plain, batch]).staleness.tolist() == [0, 0, 0, 2, 2]
+    assert TrainBatch.concat([plain, plain]).staleness is None
+    with pytest.raises(ValueError, match="staleness has 1 entries"):
+        TrainBatch.from_lists([[1], [1]], [[5], [6]], [1.0, 0.0], [0, 0], pad_id=0, staleness=[1])
+    with pytest.raises(ValueError, match=r"TrainBatch.staleness has shape \(3,\)"):
+        batch.replace(staleness=torch.zeros(3, dtype=torch.long))

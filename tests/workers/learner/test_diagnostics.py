@@ -110,6 +110,41 @@ def test_gmts_score_spearman_pools_each_group_and_drops_zero_omega():
     assert math.isnan(gmts_score_spearman(entropy, grad_norm, torch.zeros(4, 5), mask, group_ids))
 
 
+def test_gmts_and_entropy_times_advantage_rank_alike_on_policy_and_apart_off_policy():
+    from scipy import stats
+
+    from workers.learner.diagnostics import omega_vs_advantage_ranking
+    from workers.learner.losses import PolicyLossConfig, effective_grad_coef
+
+    g = torch.Generator().manual_seed(11)
+    entropy = torch.rand(4, 6, generator=g)
+    advantages = torch.tensor([1.0, -0.5, 0.8, -1.2])
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2, [1] * 5 + [0], [1] * 6]).float()
+    group_ids = torch.tensor([0, 0, 1, 1])
+    logp = -torch.rand(4, 6, generator=g) * 3
+    config = PolicyLossConfig(clip_low=0.2, clip_high=0.2)
+    per_token = advantages[:, None].expand(4, 6)
+    on_policy = effective_grad_coef(logp, logp, per_token, mask, config, include_aggregation_weight=False)
+    same = omega_vs_advantage_ranking(entropy, on_policy, advantages, mask, group_ids, ratio=0.3)
+    assert same == {"selection/gmts_vs_h_abs_a_spearman": pytest.approx(1.0),
+                    "selection/gmts_vs_h_abs_a_overlap": 1.0}
+    # A lagging sampler: ratios away from 1 reweight tokens, clipped ones drop to 0.
+    old_logp = logp + torch.randn(4, 6, generator=g) * 0.4
+    off_policy = effective_grad_coef(logp, old_logp, per_token, mask, config, include_aggregation_weight=False)
+    apart = omega_vs_advantage_ranking(entropy, off_policy, advantages, mask, group_ids, ratio=0.3)
+    rhos, kept, together = [], 0, 0
+    for rows in ([0, 1], [2, 3]):
+        members = mask[rows].bool()
+        gmts = (entropy[rows] * off_policy[rows].abs())[members].double()
+        plain = (entropy[rows] * advantages[rows][:, None].abs().expand(2, 6))[members].double()
+        rhos.append(stats.spearmanr(gmts, plain).statistic)
+        k = math.ceil(0.3 * len(gmts))
+        together += len(set(torch.topk(gmts, k).indices.tolist()) & set(torch.topk(plain, k).indices.tolist()))
+        kept += k
+    assert apart["selection/gmts_vs_h_abs_a_spearman"] == pytest.approx(sum(rhos) / 2, abs=1e-9)
+    assert apart["selection/gmts_vs_h_abs_a_overlap"] == together / kept < 1.0
+
+
 def _roles_example():
     """Three answers: two labelled (o f c d a x → 0 … 5, decisions c and d), one of a task without roles."""
     from workers.learner.batch import NO_ROLE, RoleLegend

@@ -193,6 +193,38 @@ def test_old_logp_from_the_rollout_replaces_the_learners_own_pass(model_dir):
         make_engine(model_dir, mini_batch_size=8, old_logp_source="rollout").train_step(sampled, step=0)
 
 
+def test_a_stale_batch_takes_pi_old_from_its_sampler_even_in_one_mini_batch(model_dir):
+    """rollout.max_staleness: a batch sampled by older weights has the engine's logprobs as π_old even where an
+    on-policy batch would take π_old = π at the first forward (one epoch, one mini-batch): the ratio then measures
+    the lag (policy/ratio_abs_dev), clips where it leaves the trust region, and GMTS's H·|ω| ranks apart from
+    H·|A| — exactly as on-policy otherwise."""
+    sampled = make_batch()
+    own = make_engine(model_dir, mini_batch_size=16).compute_reference_stats(sampled).old_logp
+    lagging = sampled.replace(sampling_logp=own - 0.5 * sampled.response_mask * torch.rand(own.shape,
+                              generator=torch.Generator().manual_seed(0)))
+    metrics, updates = {}, {}
+    for name, batch in (("on-policy", lagging), ("stale", lagging.replace(staleness=torch.ones(16, dtype=torch.long))),
+                        ("stale, own logprobs", sampled.replace(sampling_logp=own,
+                                                                staleness=torch.ones(16, dtype=torch.long)))):
+        engine = make_engine(model_dir, mini_batch_size=16, old_logp_source="rollout")
+        engine.compute_reference_stats = lambda *args, **kwargs: pytest.fail("π_old pass ran")
+        metrics[name] = engine.train_step(batch, step=0)
+        updates[name] = weights(engine)
+    assert metrics["on-policy"]["policy/ratio_abs_dev"] == 0.0 and metrics["on-policy"]["loss/clip_fraction_high"] == 0
+    assert metrics["on-policy"]["selection/gmts_vs_h_abs_a_spearman"] == pytest.approx(1.0)
+    assert metrics["on-policy"]["selection/gmts_vs_h_abs_a_overlap"] == 1.0
+    stale = metrics["stale"]
+    assert stale["policy/ratio_abs_dev"] > 0.1 and stale["loss/clip_fraction_high"] > 0.05
+    assert stale["selection/gmts_vs_h_abs_a_spearman"] < 0.99 and stale["selection/gmts_vs_h_abs_a_overlap"] < 1.0
+    assert "rollout/logprob_diff" not in stale  # the gap is the lag here, not the engines' numeric agreement
+    assert not all(torch.equal(updates["on-policy"][k], updates["stale"][k]) for k in updates["stale"])
+    # A stale batch whose recorded sampler is the learner's own π shows no lag.
+    assert metrics["stale, own logprobs"]["policy/ratio_abs_dev"] < 1e-5
+    with pytest.raises(ValueError, match="old_logp_source='rollout'"):
+        make_engine(model_dir, mini_batch_size=16).train_step(lagging.replace(staleness=torch.ones(16, dtype=torch.long)),
+                                                              step=0)
+
+
 def test_apply_to_advantage_and_loss_give_different_updates(model_dir):
     batch = make_batch()
     results = {}
