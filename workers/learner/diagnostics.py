@@ -24,6 +24,9 @@ Per step (averaged over micro-batches), with w_t the token's weight in the polic
   KL-Cov's penalised, Archer's high-entropy tokens), the same facts of the treated set:
   ``selection/treated_fraction``, ``selection/entropy_treated``, ``selection/treated_zero_advantage_share``,
   ``selection/treated_net_signed_weight``, ``selection/treated_mean_abs_advantage``.
+- off-policy, per micro-batch (``omega_vs_advantage_ranking``, logged by the learner beside ``policy/ratio_abs_dev``):
+  ``selection/gmts_vs_h_abs_a_spearman`` and ``selection/gmts_vs_h_abs_a_overlap``, how GMTS's H·|ω| ranks a group's
+  tokens against H·|A| (what it reduces to on-policy without KL).
 Advantages are those the loss used (a shaping method's, e.g. entropy_adv, replace the batch's), 1-D per
 sequence or [B, T] per token.
 

@@ -506,8 +506,9 @@ class LearnerEngine:
     def _off_policy_record(self, micro: TrainBatch, logp: torch.Tensor, old_logp: torch.Tensor,
                            entropy: torch.Tensor, loss_config: PolicyLossConfig) -> dict[str, float]:
         """How far this micro-batch is off-policy and what that does to GMTS's ranking: mean |r − 1| over its
-        response tokens, and how H·|ω| ranks its tokens against H·|A| (``omega_vs_advantage_ranking``). ω is the
-        loss's own (its ratio, clip state and KL term), without the aggregation weight (as GMTS-release ranks)."""
+        response tokens, and how H·|ω| ranks its tokens against H·|A| (``omega_vs_advantage_ranking``). ω has the
+        loss's ratio, clip state and KL term, no aggregation weight (as GMTS-release ranks) and no token method's
+        per-token terms (Archer's clip ranges, KL-Cov's penalty): the lag's effect on GMTS's own score."""
         mask = micro.response_mask
         ratio_dev = ((logp - old_logp).exp() - 1).abs()
         record = {"policy/ratio_abs_dev": float((ratio_dev * mask).sum() / mask.sum().clamp(min=1))}
