@@ -467,9 +467,12 @@ def test_cancel_leaves_nothing_running_at_any_point_of_a_job(api: ApiProcess, ra
     _assert_gone(api, ray_head, mlflow_server, run, None)
     timings["starting"] = time.monotonic() - started
 
-    # (b) training: its MLflow run is open and its actors are alive
+    # (b) training, rolling out ahead: its MLflow run is open, its actors are alive and it has trained a batch
+    # collected one version behind, so the engines are collecting the next batch beside the update when the
+    # cancel comes; both sides must stop
     started = time.monotonic()
-    run = api.call("POST", "/v1/runs", json=body).json()
+    ahead = {**body["overrides"], "rollout.max_staleness": 1, "learner.old_logp_source": "rollout"}
+    run = api.call("POST", "/v1/runs", json={"preset": "cpu-tiny-s", "overrides": ahead}).json()
     mlflow = MlflowClient(mlflow_server)
 
     def training() -> str | None:
@@ -478,11 +481,13 @@ def test_cancel_leaves_nothing_running_at_any_point_of_a_job(api: ApiProcess, ra
         if not state.job_id or experiment is None:
             return None
         runs = mlflow.search_runs([experiment.experiment_id], f"tags.`{API_ID_TAG}` = '{run['id']}'")
+        if not runs or runs[0].info.status != "RUNNING" or runs[0].data.metrics.get("rollout/staleness") != 1:
+            return None
         actors = [p for p in ray_jobs.live_processes(state.job_id, state.driver_pid)
                   if p.kind == "actor" and p.state == "ALIVE"]
-        return state.job_id if runs and runs[0].info.status == "RUNNING" and actors else None
+        return state.job_id if actors else None
 
-    job_id = wait_for(training, 600, 2, "the run to train with live actors")
+    job_id = wait_for(training, 600, 2, "the run to train a stale batch with live actors")
     response = api.call("POST", f"/v1/runs/{run['id']}/cancel")
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "cancelled"

@@ -24,6 +24,16 @@ def test_trl_layout_is_our_rl_step(preset):
     assert config.learner.lr_warmup_steps == 0  # TRL runs a constant learning rate
 
 
+def test_vs_trl_runs_the_scales_named_and_refuses_unknown_ones(monkeypatch):
+    monkeypatch.setenv("GMTS_VS_TRL_SCALES", "smollm2-135m")
+    assert [scale.label for scale in vs_trl.selected_scales(False)] == ["smollm2-135m"]
+    monkeypatch.setenv("GMTS_VS_TRL_SCALES", "tiny-s,smollm2")
+    with pytest.raises(ValueError, match=r"GMTS_VS_TRL_SCALES.*'smollm2'"):
+        vs_trl.selected_scales(False)
+    monkeypatch.delenv("GMTS_VS_TRL_SCALES")
+    assert [scale.label for scale in vs_trl.selected_scales(False)] == ["tiny-s", "smollm2-135m"]
+
+
 def test_trl_iteration_clock_groups_optimiser_steps():
     clock = vs_trl._StepClock()
     clock.begin = 0.0

@@ -1,16 +1,19 @@
 """End to end: a real 2-trial sweep (Ray Tune, the tiny model, a real SQLite MLflow store), with the
-two faults a sweep must survive, run once for the whole module:
+faults a sweep must survive, run once for the whole module:
 
 1. while trial 0 runs, its learner actor's process is killed (SIGKILL) right after its first
    checkpoint: Tune restarts the trial, which resumes from that checkpoint, not from zero;
-2. while trial 1 runs, the sweep itself is interrupted (SIGINT, as Ctrl-C): ``--resume`` then
-   reruns only trial 1, from its checkpoint, and finishes the sweep.
+2. while trial 1 runs, its rollout actor's process (the vLLM engine) is killed right after its first
+   checkpoint: Tune restarts the trial from that checkpoint too;
+3. after trial 1's second checkpoint the sweep itself is interrupted (SIGINT, as Ctrl-C): ``--resume``
+   then reruns only trial 1, from that checkpoint, and finishes the sweep.
 
 Both trials roll out one step ahead of their learner (``rollout.max_staleness: 1``), so each fault strikes while
-a batch is being collected beside the update: the resumed trial continues from the batch its checkpoint held.
+a batch is being collected beside the update: the resumed trial continues from the batch its checkpoint held,
+and the collection in flight is collected again by the same weights (nothing trained twice, nothing skipped).
 
 The faults come from the test harness watching the sweep's files and processes (the CLI runs in a
-subprocess; its embedded Ray cluster is its own descendants, so only this sweep's learner is
+subprocess; its embedded Ray cluster is its own descendants, so only this sweep's actors are
 killed): production code has no test hook.
 """
 
@@ -36,6 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 REPO = Path(__file__).resolve().parents[2]
 STEPS, CHECKPOINT_EVERY = 6, 2
 LEARNER_PROCESS = "ray::LearnerEngine"  # LearnerActor = ray.remote(LearnerEngine)
+ROLLOUT_PROCESS = "ray::RolloutEngine"  # RolloutActor = ray.remote(RolloutEngine)
 PRESET = {
     "extends": "cpu-tiny-s",
     "warmup": {"enabled": False},  # the plumbing is under test, not learning: skip the supervised warm-up
@@ -69,11 +73,11 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _learner_processes(root_pid: int) -> list[psutil.Process]:
+def _actor_processes(root_pid: int, title: str) -> list[psutil.Process]:
     found = []
     for child in psutil.Process(root_pid).children(recursive=True):
         try:
-            if child.cmdline() and child.cmdline()[0].startswith(LEARNER_PROCESS):
+            if child.cmdline() and child.cmdline()[0].startswith(title):
                 found.append(child)
         except psutil.NoSuchProcess:
             pass
@@ -103,11 +107,18 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
             sweep_dir = _wait_for(lambda: next(iter(out.glob("e2e-*/sweep.json")), None), proc, 120, "sweep.json").parent
             _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t000", CHECKPOINT_EVERY).is_file(), proc, 600,
                       "trial 0's first checkpoint")
-            learners = _wait_for(lambda: _learner_processes(proc.pid), proc, 60, "trial 0's learner process")
+            learners = _wait_for(lambda: _actor_processes(proc.pid, LEARNER_PROCESS), proc, 60,
+                                 "trial 0's learner process")
             for learner in learners:
                 learner.send_signal(signal.SIGKILL)
             _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", CHECKPOINT_EVERY).is_file(), proc, 600,
                       "trial 1's first checkpoint")
+            engines = _wait_for(lambda: _actor_processes(proc.pid, ROLLOUT_PROCESS), proc, 60,
+                                "trial 1's rollout process")
+            for engine in engines:
+                engine.send_signal(signal.SIGKILL)
+            _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", 2 * CHECKPOINT_EVERY).is_file(), proc, 600,
+                      "trial 1's second checkpoint")
             proc.send_signal(signal.SIGINT)
             first_rc = proc.wait(timeout=300)
         finally:
@@ -120,7 +131,8 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
                              capture_output=True, text=True, timeout=900)
     (tmp / "resume.log").write_text(resumed.stdout + resumed.stderr)
     return {
-        "tmp": tmp, "out": out, "sweep_dir": sweep_dir, "sweep_id": sweep_dir.name, "killed": learners,
+        "tmp": tmp, "out": out, "sweep_dir": sweep_dir, "sweep_id": sweep_dir.name,
+        "killed": {"learner": learners, "rollout": engines},
         "first_rc": first_rc, "first_log": (tmp / "first.log").read_text(),
         "resume_rc": resumed.returncode, "resume_log": resumed.stdout + resumed.stderr,
         "seconds": (first_seconds, time.monotonic() - started),
@@ -180,18 +192,34 @@ def test_no_metric_step_logged_twice(sweep: dict) -> None:
         assert lag == {1: 0.0, **{step: 1.0 for step in range(2, STEPS + 1)}}
 
 
-def test_killed_learner_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
-    assert sweep["killed"], "no learner process was killed"
-    # Tune's own record of trial 0's reports: the first report of each attempt has
-    # iterations_since_restore == 1; the second attempt starts right after a checkpoint, not at 1.
+def _attempt_starts(sweep: dict, trial: str) -> tuple[list[int], list[dict]]:
+    """The first step of each attempt of ``trial``, from Tune's own record of its reports (the first report of
+    an attempt has iterations_since_restore == 1), and those reports."""
     tune_dir = sweep["out"] / "ray_results" / sweep["sweep_id"]
-    result_file = next(tune_dir.glob("*trial=e2e-t000*/result.json"))
+    result_file = next(tune_dir.glob(f"*trial={trial}*/result.json"))
     rows = [json.loads(line) for line in result_file.read_text().splitlines() if line.strip()]
-    attempt_starts = [row["step"] for row in rows if row["iterations_since_restore"] == 1]
+    return [row["step"] for row in rows if row["iterations_since_restore"] == 1], rows
+
+
+def test_killed_learner_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
+    assert sweep["killed"]["learner"], "no learner process was killed"
+    # The second attempt starts right after a checkpoint, not at 1.
+    attempt_starts, rows = _attempt_starts(sweep, "e2e-t000")
     assert len(attempt_starts) == 2 and attempt_starts[0] == 1, attempt_starts
     assert attempt_starts[1] > 1 and (attempt_starts[1] - 1) % CHECKPOINT_EVERY == 0, attempt_starts
     assert rows[-1]["step"] == STEPS and rows[-1]["final"] == 1
     assert "restarted by Tune after step" in sweep["first_log"]
+
+
+def test_killed_rollout_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
+    assert sweep["killed"]["rollout"], "no rollout process was killed"
+    # Restarted by Tune after the engine died, then by --resume after the interrupt: each attempt starts right
+    # after a checkpoint, the last one after the second.
+    attempt_starts, rows = _attempt_starts(sweep, "e2e-t001")
+    assert attempt_starts[0] == 1 and len(attempt_starts) >= 3, attempt_starts
+    assert all(start > 1 and (start - 1) % CHECKPOINT_EVERY == 0 for start in attempt_starts[1:]), attempt_starts
+    assert attempt_starts[-1] == 2 * CHECKPOINT_EVERY + 1, attempt_starts
+    assert rows[-1]["step"] == STEPS and rows[-1]["final"] == 1
 
 
 def test_report_artifacts_on_the_parent(sweep: dict) -> None:
