@@ -242,46 +242,56 @@ def omega_vs_advantage_ranking(entropy: torch.Tensor, omega: torch.Tensor, advan
     if pooled is None:
         return {}
     (gmts, plain), members = pooled
-    kept = together = 0
-    for row in range(members.shape[0]):
-        n = int(members[row].sum())
-        k = max(1, math.ceil(ratio * n))
-        # Stable orders: equal scores (ties) fall the same way under both, so equal scores keep equal sets.
-        top = lambda score: set(torch.argsort(-score[row, :n], stable=True)[:k].tolist())
-        together += len(top(gmts) & top(plain))
-        kept += k
+    keep = torch.ceil(ratio * members.sum(-1).double()).clamp_min(1)  # ⌈ρ·n⌉ per group, as Python computes it
+    together = int((_row_top(gmts, members, keep) & _row_top(plain, members, keep)).sum())
     # Average ranks: the clipped tokens (ω = 0) tie, and an ordinal order among ties would be arbitrary.
     spearman = within_answer_pearson(_tied_row_ranks(gmts, members), _tied_row_ranks(plain, members), members,
                                      min_tokens)
-    return {"selection/gmts_vs_h_abs_a_spearman": spearman, "selection/gmts_vs_h_abs_a_overlap": together / kept}
+    return {"selection/gmts_vs_h_abs_a_spearman": spearman,
+            "selection/gmts_vs_h_abs_a_overlap": together / float(keep.sum())}
+
+
+def _row_top(values: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """[G, n] bool: each row's ``keep`` largest masked entries. The sort is stable, so equal values fall by
+    position, the same way for any two scores: equal scores keep equal sets."""
+    return (_row_ranks(-values, mask) < keep[:, None]) & mask
 
 
 def _tied_row_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Each row's masked entries ranked 0..n−1 with ties given their mean rank (scipy's rankdata 'average')."""
-    ranks = torch.zeros_like(values, dtype=torch.float64)
-    for row in range(values.shape[0]):
-        members = mask[row]
-        _, inverse, counts = torch.unique(values[row][members], return_inverse=True, return_counts=True)
-        first = torch.cumsum(counts, 0) - counts  # the rank of each distinct value's first place (sorted order)
-        ranks[row][members] = (first + (counts - 1) / 2).double()[inverse]
-    return ranks
+    """Each row's masked entries ranked 0..n−1 with ties given their mean rank (scipy's rankdata 'average');
+    0 where masked out. All rows at once: it runs on every micro-batch."""
+    filled = torch.where(mask, values.double(), torch.full_like(values, float("inf"), dtype=torch.float64))
+    ordered, order = torch.sort(filled, dim=-1, stable=True)  # masked-out entries last
+    width = values.shape[-1]
+    place = torch.arange(width).expand_as(ordered)
+    starts = torch.ones_like(mask)  # where a run of equal values begins, and where one ends
+    starts[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    ends = torch.ones_like(mask)
+    ends[:, :-1] = starts[:, 1:]
+    first = torch.where(starts, place, 0).cummax(-1).values
+    last = torch.where(ends, place, width).flip(-1).cummin(-1).values.flip(-1)
+    ranks = torch.zeros_like(filled).scatter_(-1, order, (first + last).double() / 2)
+    return torch.where(mask, ranks, 0.0)
 
 
 def _pool_groups(values: tuple[torch.Tensor, ...], mask: torch.Tensor, group_ids: torch.Tensor
                  ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor] | None:
     """[B, T] values as [G, n_max] rows, one per group of rollouts (its answers' masked tokens side by side,
     row order), with the mask of the filled places; None when no token is masked in."""
-    groups = [mask & (group_ids == g)[:, None] for g in torch.unique(group_ids)]
-    width = max((int(g.sum()) for g in groups), default=0)
-    if width == 0:
+    rows, columns = mask.nonzero(as_tuple=True)  # row-major: each answer's tokens in order, answers in order
+    if rows.numel() == 0:
         return None
-    pooled = tuple(torch.zeros(len(groups), width, dtype=torch.float64) for _ in values)
-    filled = torch.zeros(len(groups), width, dtype=torch.bool)
-    for row, members in enumerate(groups):
-        n = int(members.sum())
-        filled[row, :n] = True
-        for out, value in zip(pooled, values):
-            out[row, :n] = value[members].double()
+    _, group_of_row = torch.unique(group_ids, return_inverse=True)
+    groups = group_of_row[rows]
+    order = torch.sort(groups, stable=True).indices  # by group, row-major within one
+    groups, rows, columns = groups[order], rows[order], columns[order]
+    counts = torch.bincount(groups, minlength=int(group_of_row.max()) + 1)
+    place = torch.arange(groups.numel()) - (torch.cumsum(counts, 0) - counts)[groups]
+    shape = (counts.numel(), int(counts.max()))
+    filled = torch.zeros(shape, dtype=torch.bool)
+    filled[groups, place] = True
+    pooled = tuple(torch.zeros(shape, dtype=torch.float64).index_put_((groups, place), value[rows, columns].double())
+                   for value in values)
     return pooled, filled
 
 

@@ -145,6 +145,34 @@ def test_gmts_and_entropy_times_advantage_rank_alike_on_policy_and_apart_off_pol
     assert apart["selection/gmts_vs_h_abs_a_overlap"] == together / kept < 1.0
 
 
+def test_ranking_pools_interleaved_groups_and_averages_ties_like_scipy():
+    """The learner's batch rows need not hold a group side by side, and clipped tokens (ω = 0) tie: each group's
+    tokens, pooled in row order, ranked with ties averaged (scipy's rankdata), kept by a stable order."""
+    from scipy import stats
+
+    from workers.learner.diagnostics import omega_vs_advantage_ranking
+
+    g = torch.Generator().manual_seed(5)
+    entropy = torch.randint(1, 4, (9, 7), generator=g).double() / 4  # few levels: ties in both scores
+    omega = torch.randint(-2, 3, (9, 7), generator=g).double()
+    advantages = torch.tensor([1.0, -1.0, 0.5, 1.0, -0.5, 0.5, 2.0, -2.0, 1.0])
+    mask = torch.rand(9, 7, generator=g) > 0.3
+    group_ids = torch.tensor([7, 3, 7, 5, 3, 7, 5, 3, 5])
+    out = omega_vs_advantage_ranking(entropy, omega, advantages, mask, group_ids, ratio=0.25)
+    rhos, kept, together = [], 0, 0
+    for group in (3, 5, 7):
+        members = mask & (group_ids == group)[:, None]
+        gmts = (entropy * omega.abs())[members]
+        plain = (entropy * advantages[:, None].abs().expand(9, 7))[members]
+        rhos.append(stats.spearmanr(gmts, plain).statistic)
+        k = max(1, math.ceil(0.25 * len(gmts)))
+        top = lambda score: set(sorted(range(len(score)), key=lambda i: -float(score[i]))[:k])  # sorted() is stable
+        together += len(top(gmts) & top(plain))
+        kept += k
+    assert out["selection/gmts_vs_h_abs_a_spearman"] == pytest.approx(sum(rhos) / 3, abs=1e-12)
+    assert out["selection/gmts_vs_h_abs_a_overlap"] == together / kept
+
+
 def _roles_example():
     """Three answers: two labelled (o f c d a x → 0 … 5, decisions c and d), one of a task without roles."""
     from workers.learner.batch import NO_ROLE, RoleLegend
