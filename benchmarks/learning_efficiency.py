@@ -19,7 +19,9 @@ mini-batch shuffle, random selection and tie-breaks.
 Runs are interleaved seed by seed, arms rotated. The full grid is hours on 2 cores; a reduced one is chosen with
 environment variables, and the report says which ran: ``GMTS_LE_SEEDS=0,1,2``, ``GMTS_LE_STEPS=30``,
 ``GMTS_LE_ARMS=none,ets-release,gmts-release``, ``GMTS_LE_LRS=1e-4`` (one grid for every arm), and
-``GMTS_LE_ARM_LRS="random=1e-4 ets@group=1e-4"`` (a grid of its own for the arms named).
+``GMTS_LE_ARM_LRS="random=1e-4 ets@group=1e-4"`` (a grid of its own for the arms named). The same protocol
+under other settings: ``GMTS_LE_OVERRIDES="rollout.max_staleness=1 learner.old_logp_source=rollout"`` (config
+overrides, space-separated, for every run).
 
 A grid of hours should survive a crash and use both cores: ``GMTS_LE_JOURNAL=<file.jsonl>`` appends every
 finished run to that file and reuses the runs already in it (same preset, steps, overrides and training code), and
@@ -99,7 +101,8 @@ def settings_for(smoke: bool) -> dict:
         "steps": int(os.environ.get("GMTS_LE_STEPS", FULL["steps"])),
         "lrs": [float(x) for x in os.environ["GMTS_LE_LRS"].split(",")] if "GMTS_LE_LRS" in os.environ else FULL["lrs"],
         "arms": os.environ["GMTS_LE_ARMS"].split(",") if "GMTS_LE_ARMS" in os.environ else FULL["arms"],
-        "overrides": [],
+        # Whatever every run of this grid changes beside the arms' own settings (a journal keys runs by them).
+        "overrides": os.environ.get("GMTS_LE_OVERRIDES", "").split(),
     }
     unknown = set(chosen["arms"]) - {a.name for a in ARMS}
     if unknown:
@@ -108,6 +111,8 @@ def settings_for(smoke: bool) -> dict:
     chosen["reduced"] = "no (the full grid)" if all(chosen[k] == FULL[k] for k in FULL) and not chosen["arm_lrs"] \
         else "yes: " + ", ".join([f"{k}={chosen[k]}" for k in FULL if chosen[k] != FULL[k]] +
                                  [f"{arm} lrs={lrs}" for arm, lrs in chosen["arm_lrs"].items()]) + f" (full: {FULL})"
+    if chosen["overrides"]:
+        chosen["reduced"] += f"; every run with {' '.join(chosen['overrides'])}"
     return chosen
 
 
