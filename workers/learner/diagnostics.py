@@ -41,7 +41,6 @@ gradient with respect to their logits, |ω_t|·G_t, does?
 
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -281,11 +280,11 @@ def _pool_groups(values: tuple[torch.Tensor, ...], mask: torch.Tensor, group_ids
     rows, columns = mask.nonzero(as_tuple=True)  # row-major: each answer's tokens in order, answers in order
     if rows.numel() == 0:
         return None
-    _, group_of_row = torch.unique(group_ids, return_inverse=True)
+    distinct, group_of_row = torch.unique(group_ids, return_inverse=True)
     groups = group_of_row[rows]
     order = torch.sort(groups, stable=True).indices  # by group, row-major within one
     groups, rows, columns = groups[order], rows[order], columns[order]
-    counts = torch.bincount(groups, minlength=int(group_of_row.max()) + 1)
+    counts = torch.bincount(groups, minlength=len(distinct))  # a group without masked tokens keeps its empty row
     place = torch.arange(groups.numel()) - (torch.cumsum(counts, 0) - counts)[groups]
     shape = (counts.numel(), int(counts.max()))
     filled = torch.zeros(shape, dtype=torch.bool)
