@@ -29,6 +29,7 @@ def _loaded(module: str, *args: str) -> list[str]:
     return last[1:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module,args", [
     ("orchestrator.train", ["--help"]),
     ("sweeps.run", ["--help"]),
@@ -41,6 +42,7 @@ def test_help_loads_no_heavy_library(module, args):
     assert _loaded(module, *args) == []
 
 
+@pytest.mark.slow
 def test_the_report_reads_mlflow_without_torch_transformers_or_ray():
     code = ("import sys, sweeps.report; "
             "print(' '.join(n for n in ('torch', 'transformers', 'vllm', 'deepspeed', 'ray') if n in sys.modules))")

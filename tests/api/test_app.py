@@ -56,6 +56,7 @@ def _submit(client: TestClient, body: dict | None = None, **headers: str) -> dic
 # -- auth -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("method", "path"), V1_CALLS)
 @pytest.mark.parametrize(
     ("headers", "says"),
@@ -97,6 +98,7 @@ class _RefusingHandler(BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("token", "says"), [("wrong-token", "rejected the token"), (None, "wants a token and got none")])
 def test_readiness_tells_a_refused_token_from_an_unreachable_ray(settings, monkeypatch, token, says) -> None:
     """The real Ray Jobs client against a loopback server that answers like a token-auth Ray head refusing
@@ -269,6 +271,7 @@ def test_unknown_fields_are_rejected_by_name(client) -> None:
          path="/v1/runs")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("experiment", ["it's", "a$(id)", "two\nlines", "a/b", " gmts", ""])
 def test_an_experiment_name_is_held_to_the_name_pattern(client, jobs, experiment: str) -> None:
     """The experiment reaches MLflow filters, folder names and URLs like ``name`` does: same pattern,
@@ -289,6 +292,7 @@ def _raw(client: TestClient, body: str, path: str = "/v1/sweeps"):
     return client.post(path, content=body, headers={"Content-Type": "application/json"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("literal", ["Infinity", "-Infinity", "NaN", "1e400"])
 def test_non_finite_numbers_are_refused_naming_the_field(client, jobs, literal: str) -> None:
     sweep = ('{"name": "x", "base": {"preset": "cpu-tiny-s", "overrides": {"learner.lr": %s}}, '
@@ -391,6 +395,7 @@ def test_a_data_file_under_the_roots_is_accepted(client, roots: Path) -> None:
     assert response.status_code == 201, response.text
 
 
+@pytest.mark.slow
 def test_oversize_bodies(client, settings) -> None:
     big = sweep_body(description="x" * settings.max_body_bytes)
     _bad(client, big, 413, "limit is 8192 bytes")
@@ -424,6 +429,7 @@ def test_the_same_idempotency_key_creates_one_sweep(client, jobs) -> None:
     assert bad_key.status_code == 422 and "Idempotency-Key" in bad_key.json()["message"]
 
 
+@pytest.mark.slow
 def test_concurrent_posts_with_one_key_create_one_sweep(served: str, jobs) -> None:
     def post(_):
         return httpx.post(f"{served}/v1/sweeps", json=sweep_body(), headers={**bearer(), "Idempotency-Key": "race"},
@@ -491,6 +497,7 @@ def _fake_sweep_runs(settings: ApiSettings, api_id: str, spec_name: str) -> tupl
     return mlflow, parent.info.run_id, children
 
 
+@pytest.mark.slow
 def test_cancel_stops_the_job_and_kills_the_mlflow_runs(client, jobs, settings) -> None:
     sweep = _submit(client)
     jobs.set(sweep["ray_submission_id"], "RUNNING")
@@ -596,6 +603,7 @@ def test_a_cancel_that_had_to_kill_the_driver_says_so(settings, jobs) -> None:
     assert response.json()["warnings"] == [f"cancel: the job's driver (pid {driver.pid}) outlived Ray's stop; sent SIGTERM"]
 
 
+@pytest.mark.slow
 def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
     sweep = _submit(client)
     jobs.set(sweep["ray_submission_id"], "RUNNING")
@@ -608,6 +616,7 @@ def test_cancel_that_ray_has_not_finished_yet_is_202(client, jobs) -> None:
     assert client.get(f"/v1/sweeps/{sweep['id']}").json()["status"] == "cancelled"
 
 
+@pytest.mark.slow
 def test_a_restarted_trial_counts_once_and_its_dead_attempt_is_closed(client, jobs, settings) -> None:
     sweep = _submit(client)
     jobs.set(sweep["ray_submission_id"], "RUNNING")
@@ -627,6 +636,7 @@ def test_a_restarted_trial_counts_once_and_its_dead_attempt_is_closed(client, jo
     assert mlflow.get_run(parent).info.status == "FINISHED"
 
 
+@pytest.mark.slow
 def test_a_finished_sweep_is_never_shown_with_the_counts_of_a_pass_before(client, jobs, settings) -> None:
     """Between the pass that stores "succeeded" and the MLflow counts, a reader polling the status must
     not see a finished sweep with a trial still running (what a client waiting for the end reads)."""
@@ -665,6 +675,7 @@ def test_logs_tail(client, jobs) -> None:
     assert client.get(f"/v1/sweeps/{sweep['id']}/logs", params={"tail": 0}).status_code == 422
 
 
+@pytest.mark.slow
 def test_results_are_the_reports_ablation_table(client, jobs, settings) -> None:
     sweep = _submit(client)
     early = client.get(f"/v1/sweeps/{sweep['id']}/results")
@@ -702,6 +713,7 @@ def _modes(folder: Path) -> dict[str, str]:
     return {str(path.relative_to(folder)): oct(path.stat().st_mode & 0o777) for path in [folder, *folder.rglob("*")]}
 
 
+@pytest.mark.slow
 def test_every_folder_and_file_the_service_makes_is_owner_only(settings, jobs, tmp_path: Path) -> None:
     """A state dir left 0755 (made by hand, or by an older version) is tightened; what the service creates
     — folders with their missing parents, job files, each submission's run folder — is 0700/0600."""
@@ -745,6 +757,7 @@ def test_the_state_database_and_its_wal_files_are_owner_only(settings, jobs) -> 
 # -- offline docs ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("page", "assets"), [("/docs", 3), ("/redoc", 2)])
 def test_docs_pages_load_only_local_assets(settings, jobs, page: str, assets: int) -> None:
     """An offline cluster has no CDN: every script, stylesheet and icon of /docs and /redoc is a path

@@ -33,6 +33,7 @@ def gmts(served: str, monkeypatch, capsys):
     return run
 
 
+@pytest.mark.slow
 def test_sweep_commands(gmts, jobs, served_app, tmp_path: Path) -> None:
     spec = write_yaml(tmp_path / "spec.yaml", sweep_body())
     status, sweep, _ = gmts("sweep", "submit", str(spec), "--idempotency-key", "cli-1", "--json")
@@ -49,12 +50,14 @@ def test_sweep_commands(gmts, jobs, served_app, tmp_path: Path) -> None:
     assert status == 1 and "HTTP 409" in err and "was cancelled before it opened its MLflow parent run" in err
 
 
+@pytest.mark.slow
 def test_a_shipped_spec_by_name(gmts, jobs) -> None:
     status, sweep, err = gmts("sweep", "submit", "cpu-demo", "--json")
     assert status == 0, err
     assert sweep["name"] == "cpu-demo" and sweep["trials"]["total"] == 3
 
 
+@pytest.mark.slow
 def test_the_smoke_spec_is_two_small_trials(gmts, jobs, settings) -> None:
     from sweeps.spec import expand, load_spec
 
@@ -66,6 +69,7 @@ def test_the_smoke_spec_is_two_small_trials(gmts, jobs, settings) -> None:
     assert all(t.config.data.eval["arithmetic"].limit == 16 for t in trials)
 
 
+@pytest.mark.slow
 def test_run_commands(gmts, jobs, served_app) -> None:
     status, run, err = gmts("run", "submit", "cpu-tiny-s", "--set", "training.steps=1", "--set", "name=cli-run",
                             "--json")
@@ -78,6 +82,7 @@ def test_run_commands(gmts, jobs, served_app) -> None:
     assert status == 1 and "HTTP 422" in err and "overrides.selection.ratio" in err
 
 
+@pytest.mark.slow
 def test_errors_reach_the_user(gmts, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setenv("GMTS_API_TOKEN", "wrong-token-0123456789")
     status, _, err = gmts("sweep", "list")
@@ -86,6 +91,7 @@ def test_errors_reach_the_user(gmts, monkeypatch, tmp_path: Path) -> None:
     assert status == 1 and "neither a file nor a shipped spec" in err
 
 
+@pytest.mark.slow
 def test_typed_client(served: str, served_app, jobs) -> None:
     with GmtsClient(served, TOKEN) as client:
         sweep = client.submit_sweep(sweep_body())
@@ -99,6 +105,7 @@ def test_typed_client(served: str, served_app, jobs) -> None:
         assert error.value.status == 404
 
 
+@pytest.mark.slow
 def test_logs_are_plain_text(gmts, jobs) -> None:
     status, sweep, _ = gmts("sweep", "submit", "cpu-demo", "--json")
     table = "━━━ sweep cpu-demo ━━━\n│ gmts │ 41.2 ± 0.3 │\ndone"
@@ -109,6 +116,7 @@ def test_logs_are_plain_text(gmts, jobs) -> None:
     assert out == "done\n" and "earlier lines left out" in err
 
 
+@pytest.mark.slow
 def test_submit_takes_set_overrides_of_the_spec(gmts, jobs, served, tmp_path: Path) -> None:
     import yaml
 
@@ -124,6 +132,7 @@ def test_submit_takes_set_overrides_of_the_spec(gmts, jobs, served, tmp_path: Pa
     assert status == 1 and "'name' is a value" in err
 
 
+@pytest.mark.slow
 def test_results_print_the_table_and_json_on_request(gmts, jobs, settings, served_app) -> None:
     from tests.api.test_app import _fake_sweep_runs
 
@@ -156,6 +165,7 @@ def test_no_token_or_no_service_says_what_to_do_never_http_0(gmts, monkeypatch) 
 # --- for people: tables, the newest submission, watch, retries, Ctrl-C --------------------------------------
 
 
+@pytest.mark.slow
 def test_submit_prints_the_id_and_tables_answer_people(gmts, jobs, served_app) -> None:
     status, out, err = gmts("sweep", "submit", "cpu-smoke")
     sweep_id = out.strip()
@@ -177,11 +187,13 @@ def test_submit_prints_the_id_and_tables_answer_people(gmts, jobs, served_app) -
     assert status == 0 and run_id.strip() in table and f"the newest run: {run_id.strip()}" in err
 
 
+@pytest.mark.slow
 def test_without_any_sweep_an_id_less_command_says_so(gmts) -> None:
     status, _, err = gmts("sweep", "results")
     assert status == 1 and "no sweep yet: submit one with `gmts sweep submit" in err
 
 
+@pytest.mark.slow
 def test_watch_follows_to_the_end_and_its_exit_status_is_the_outcome(gmts, jobs, served_app) -> None:
     _, first, _ = gmts("sweep", "submit", "cpu-smoke")
     jobs.set(f"gmts-{first.strip()}", "SUCCEEDED")
@@ -195,6 +207,7 @@ def test_watch_follows_to_the_end_and_its_exit_status_is_the_outcome(gmts, jobs,
     assert status == 1 and "failed: entrypoint exited 1" in out and f"gmts sweep logs {second.strip()}" in out
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_waiting_says_the_sweep_goes_on(gmts, jobs, monkeypatch) -> None:
     import api.cli
 
@@ -210,6 +223,7 @@ def test_ctrl_c_while_waiting_says_the_sweep_goes_on(gmts, jobs, monkeypatch) ->
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_wait_rides_out_an_api_restart(settings, jobs, monkeypatch, capsys) -> None:
     """The API goes away after the submit and comes back (a new process on the same state): the wait
     retries, then ends with the sweep's outcome."""
@@ -246,6 +260,7 @@ def test_wait_rides_out_an_api_restart(settings, jobs, monkeypatch, capsys) -> N
     assert f"{sweep.id} succeeded" in out
 
 
+@pytest.mark.slow
 def test_retrying_gives_up_after_its_limit_and_never_retries_a_refusal(served) -> None:
     from api.cli import _retrying
     from api.client import ApiUnreachable
@@ -264,6 +279,7 @@ def test_retrying_gives_up_after_its_limit_and_never_retries_a_refusal(served) -
     assert not ApiError(401, "invalid bearer token").transient
 
 
+@pytest.mark.slow
 def test_the_results_header_fits_80_columns(gmts, jobs, settings, served_app) -> None:
     from rich.console import Console
 
@@ -297,6 +313,7 @@ def test_warnings_go_to_stderr(capsys) -> None:
 # --- clients find the stack of `gmts up` --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_clients_find_the_api_through_stack_json(served, gmts_home, monkeypatch, capsys) -> None:
     gmts_home.mkdir(mode=0o700)
     (gmts_home / "api-token").write_text(TOKEN + "\n")

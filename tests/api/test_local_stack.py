@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from api import local_stack
 from api.cli import main
@@ -64,6 +65,7 @@ time.sleep(300)
 """
 
 
+@pytest.mark.slow
 def test_down_stops_the_recorded_process_its_group_and_every_descendant(gmts_home: Path, tmp_path: Path,
                                                                          capsys) -> None:
     gmts_home.mkdir(mode=0o700)

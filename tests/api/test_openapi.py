@@ -121,6 +121,7 @@ def test_unsupported_methods_are_405_naming_every_allowed_method(client) -> None
     assert client.request("DELETE", "/v1/runs/run-0123456789abcdef").headers["allow"] == "GET"
 
 
+@pytest.mark.slow
 def test_without_a_token_every_v1_call_is_401(settings_, jobs) -> None:
     app = create_app(settings_, jobs)
     with TestClient(app):

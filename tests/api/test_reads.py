@@ -99,6 +99,7 @@ def test_list_and_get_answer_from_sqlite_while_ray_and_mlflow_hang(settings, job
     assert single.json()["status"] == "pending"
 
 
+@pytest.mark.slow
 def test_healthz_answers_while_the_app_is_still_loading(settings, jobs) -> None:
     """gmts serve's wrapper (api/deferred.py) under real uvicorn: /healthz answers before the app is
     built (its imports take seconds to a minute); other requests wait for it and then reach it."""

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_cuda_core_check_passes_on_the_cpu(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "deploy/cuda_core_check.py", str(tmp_path)], cwd=ROOT,
                           env={**os.environ, "CUDA_CORE_CHECK_DEVICE": "cpu", "PYTHONPATH": str(ROOT)},

@@ -450,6 +450,7 @@ def test_pinned_kuberay_crds_are_the_upstream_files() -> None:
     assert all(checksum in readme for checksum in kuberay_schema.CRD_SHA256.values())
 
 
+@pytest.mark.slow
 def test_kuberay_documents_match_kuberays_crd_schemas_strictly() -> None:
     documents = k8s_of_kind("RayCluster") + k8s_of_kind("RayJob")
     assert {doc["kind"] for doc in documents} == {"RayCluster", "RayJob"}
@@ -570,6 +571,7 @@ def test_raycluster_has_a_head_and_a_gpu_group_for_the_papers_setting() -> None:
         assert pod.get("tolerations") and pod.get("nodeSelector"), "GPU nodes are tainted and labelled"
 
 
+@pytest.mark.slow
 def test_ray_start_params_are_ray_start_options_given_as_strings() -> None:
     for cluster_spec in [c["spec"] for c in k8s_of_kind("RayCluster")]:
         for group in [cluster_spec["headGroupSpec"], *cluster_spec["workerGroupSpecs"]]:
@@ -839,6 +841,7 @@ def test_sweep_commands_name_shipped_specs() -> None:
         load_spec(spec_name, inv.options("--set"))  # raises ConfigError naming the field
 
 
+@pytest.mark.slow
 def test_ray_start_and_mlflow_server_flags_exist() -> None:
     seen = set()
     for inv in invocations():

@@ -35,6 +35,7 @@ def test_cached_base_is_reused_verified_and_tampering_is_refused(tmp_path):
         prepare_policy(config)
 
 
+@pytest.mark.slow
 def test_another_warmup_is_another_base(tmp_path):
     first = prepare_policy(_config(tmp_path))
     second = prepare_policy(_config(tmp_path, **{"warmup.seed": "1"}))

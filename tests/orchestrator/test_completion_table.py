@@ -50,6 +50,7 @@ def test_rows_hold_the_first_problems_with_answer_reference_and_reward(eval_sets
         completion_rows(0, "arithmetic", problems, completions[:2], rewards, shown=3)
 
 
+@pytest.mark.slow
 def test_every_evaluation_logs_a_table_the_ui_lists_and_a_resumed_one_overwrites(eval_sets) -> None:
     config, sets = eval_sets
     tracker = RunTracker(config)
@@ -72,6 +73,7 @@ def test_every_evaluation_logs_a_table_the_ui_lists_and_a_resumed_one_overwrites
     assert table["problem_id"].tolist() == [p.id for p in sets["arithmetic"][:4]]
 
 
+@pytest.mark.slow
 def test_zero_shown_completions_logs_nothing(eval_sets) -> None:
     config, sets = eval_sets
     tracker = RunTracker(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 
 from orchestrator.config_loader import load_experiment
@@ -50,6 +51,7 @@ def test_a_token_method_run_records_its_ratio_scope_and_own_settings(tmp_path: P
     assert (clip_cov["ratio"], clip_cov["selection.covariance.ratio_clip"]) == ("0.0002", "1.0")
 
 
+@pytest.mark.slow
 def test_datasets_fill_the_runs_datasets(tmp_path: Path) -> None:
     config = _config(tmp_path)
     tracker = RunTracker(config)

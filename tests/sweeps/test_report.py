@@ -130,6 +130,7 @@ def _cell(results: dict, **where) -> dict:
     return matches[0]
 
 
+@pytest.mark.slow
 def test_table_numbers_mean_std_and_delta(store: dict) -> None:
     results = ablation_results(store["uri"], store["parent_id"])
     assert results["sweep_id"] == SWEEP_ID
@@ -185,6 +186,7 @@ def test_a_table_of_fixed_lrs_cites_the_source_the_spec_names(store: dict) -> No
                           and "chosen on validation" not in t for t in titles), titles
 
 
+@pytest.mark.slow
 def test_report_files_and_parent_artifacts(store: dict) -> None:
     client = store["client"]
     folder = store["tmp"] / "report"
@@ -245,6 +247,7 @@ def read_json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_parent_run_carries_the_answer(store: dict) -> None:
     """The summary metrics are the ablation cells' own numbers, and the run's note holds the table."""
     client = store["client"]
@@ -306,6 +309,7 @@ def test_where_the_tokens_go_per_arm_mean_over_seeds(store: dict) -> None:
     assert everything.decision_share == pytest.approx(everything.base_share, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_where_the_tokens_go_skipped_with_a_note_without_role_metrics(store: dict) -> None:
     client = store["client"]
     experiment_id = client.get_run(store["parent_id"]).info.experiment_id
@@ -325,6 +329,7 @@ def test_token_diagnostics_of_the_batch_match_numpy_and_scipy() -> None:
     assert numbers["diagnostics/spearman_gmts_score_true_gradnorm"] != pytest.approx(0.9)
 
 
+@pytest.mark.slow
 def test_the_parent_run_gets_the_diagnostic_numbers(store: dict) -> None:
     client = store["client"]
     report = build_report(client, client.get_run(store["parent_id"]), store["tmp"] / "diagnostics")
@@ -334,6 +339,7 @@ def test_the_parent_run_gets_the_diagnostic_numbers(store: dict) -> None:
     assert {key: report.summary[key] for key in expected} == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_an_artifact_without_omega_gets_the_figure_and_a_note(store: dict) -> None:
     """Runs from before ω was saved: the figure and the H–G numbers, and a note instead of the GMTS check."""
     client = store["client"]
@@ -353,6 +359,7 @@ def test_an_artifact_without_omega_gets_the_figure_and_a_note(store: dict) -> No
     assert "diagnostics/spearman_gmts_score_true_gradnorm" not in metrics
 
 
+@pytest.mark.slow
 def test_scatter_skipped_with_a_note_without_diagnostics(store: dict) -> None:
     client = store["client"]
     experiment_id = client.get_run(store["parent_id"]).info.experiment_id
@@ -370,6 +377,7 @@ def test_find_parent_by_sweep_id_spec_name_and_run_id(store: dict) -> None:
         assert find_parent(client, key).info.run_id == store["parent_id"]
 
 
+@pytest.mark.slow
 def test_report_cli_prints_the_table(store: dict, capsys, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
     assert report_cli.main([SWEEP_ID, "--tracking-uri", store["uri"], "--no-upload"]) == 0
@@ -391,6 +399,7 @@ def test_token_stats_with_mismatched_lengths_are_rejected() -> None:
         TokenStats.model_validate(bad)
 
 
+@pytest.mark.slow
 def test_each_arm_gets_the_lr_its_validation_score_chose_not_its_test_score(store: dict) -> None:
     client = store["client"]
     experiment_id = client.get_run(store["parent_id"]).info.experiment_id

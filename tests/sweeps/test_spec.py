@@ -124,6 +124,7 @@ def test_nested_set_override_changes_one_field(write_spec) -> None:
     assert config.learner.mini_batch_size == 16  # the rest of the section is the preset's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", CPU_SPECS)
 def test_shipped_cpu_specs_expand(name: str) -> None:
     assert name in spec_names()
@@ -135,6 +136,7 @@ def test_shipped_cpu_specs_expand(name: str) -> None:
         assert selection.recipe is not None or selection.method == "none" or trial.point.get("scope") == "group"
 
 
+@pytest.mark.slow
 def test_cpu_ablation_grid_size() -> None:
     trials = expand(load_spec("cpu-ablation"))
     # (1 baseline + 4 methods × 9 ratios × 2 modes + random × 9 ratios, top only) × 2 sizes × 2 algorithms × 2 seeds

@@ -35,6 +35,7 @@ def _other_rank(port: int, results) -> None:
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_a_group_on_loopback_listens_on_loopback_only(monkeypatch) -> None:
     """torch's own TCPStore, given 127.0.0.1, still listens on every interface, and gloo on the address the
     hostname resolves to: both ranks here listen on 127.0.0.1 and nowhere else."""

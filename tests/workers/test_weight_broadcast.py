@@ -45,6 +45,7 @@ def _receiver(port: int, rank: int, world_size: int, results) -> None:
         results.put(buffer.getvalue())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("receivers", [1, 2])
 def test_weights_arrive_bit_exact_in_every_receiver(receivers):
     port = free_port()

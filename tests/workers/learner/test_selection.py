@@ -102,6 +102,7 @@ def test_ties_are_broken_by_a_seeded_draw_that_repeats():
     assert len(draws) > 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scope", ["group", "micro_batch"])
 def test_kept_tied_tokens_are_unbiased_in_row_position_and_advantage_sign(scope):
     """A group whose tokens all tie (a shared context): the threshold falls inside the tie. Over many

@@ -27,6 +27,7 @@ def addition_examples():
     return [([10 + a, 10 + b, 2], [10 + (a + b) % 10, EOS]) for a in range(6) for b in range(6)]
 
 
+@pytest.mark.slow
 def test_supervised_warmup_lowers_the_answer_loss_and_saves_an_hf_folder(model_dir, tmp_path):
     torch.set_num_threads(1)
     examples = addition_examples()
@@ -55,6 +56,7 @@ def test_answer_loss_ignores_the_prompt_tokens(model_dir):
     assert not torch.equal(one, other_prompt_token)  # the prompt is context: it changes the answer's loss
 
 
+@pytest.mark.slow
 def test_warmup_weights_are_bit_identical_whatever_the_callers_thread_setting(model_dir, tmp_path):
     from workers.learner.sft import CHECKSUM_FILE, folder_checksum
 

@@ -23,6 +23,7 @@ def _verifiers() -> set:
     return {p for p in multiprocessing.active_children() if p.name == "reward-verifier"}
 
 
+@pytest.mark.slow
 def test_plain_class_scores_without_ray_and_its_verifiers_end_with_it():
     before = _verifiers()
     worker = RewardWorker(CONFIG)

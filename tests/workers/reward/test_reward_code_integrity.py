@@ -33,6 +33,7 @@ def _problem(tests: str, prompt: str = "def f(*args):\n") -> Problem:
                    metadata={"entry_point": "f"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/38", "HumanEval/53"])
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_every_forging_attack_scores_zero_where_the_canonical_solution_passes(human_eval, attack, task_id):
@@ -41,6 +42,7 @@ def test_every_forging_attack_scores_zero_where_the_canonical_solution_passes(hu
     assert verify_code(ATTACKS[attack], problem, sandbox=SANDBOX) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task_id", ["HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38", "HumanEval/50", "HumanEval/53"])
 def test_canonical_solutions_that_rely_on_prompt_helpers_pass(human_eval, task_id):
     problem = _human_eval_problem(human_eval[task_id])
@@ -120,6 +122,7 @@ def test_a_test_that_swallows_exceptions_does_not_swallow_a_dead_candidate():
     assert verify_code("    import os\n    os._exit(0)\n", _problem(tests), sandbox=SANDBOX) == 0.0
 
 
+@pytest.mark.slow
 def test_an_oversized_or_garbage_answer_fails():
     tests = "def check(candidate):\n    assert candidate() is not None\n"
     huge = "    return 'x' * (64 << 20)\n"  # past the frame limit
@@ -143,6 +146,7 @@ def test_tests_that_never_call_the_candidate_cannot_judge():
         verify_code("    return 1\n", _problem("def check(candidate):\n    pass\n"), sandbox=SANDBOX)
 
 
+@pytest.mark.slow
 def test_a_candidate_that_hangs_before_answering_is_a_timeout(human_eval):
     problem = _human_eval_problem(human_eval["HumanEval/0"])
     slow = SANDBOX.model_copy(update={"cpu_seconds": 60, "wall_timeout_s": 2.0})

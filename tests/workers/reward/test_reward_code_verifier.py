@@ -51,6 +51,7 @@ def test_exiting_zero_before_the_tests_run_scores_zero(human_eval, exit_call):
     assert verify_code(f"    pass\n{exit_call}\n", problem, sandbox=SANDBOX) == 0.0
 
 
+@pytest.mark.slow
 def test_infinite_loop_is_a_timeout(human_eval):
     problem = _problem(human_eval["HumanEval/0"])
     slow_sandbox = SANDBOX.model_copy(update={"cpu_seconds": 60, "wall_timeout_s": 2.0})
@@ -58,6 +59,7 @@ def test_infinite_loop_is_a_timeout(human_eval):
         verify_code("    import time\n    time.sleep(60)\n", problem, sandbox=slow_sandbox)
 
 
+@pytest.mark.slow
 def test_a_candidate_killed_at_its_cpu_limit_fails(human_eval):
     # Its process dies mid-call (SIGXCPU): the candidate's failure, a verdict of 0, not a verifier error.
     problem = _problem(human_eval["HumanEval/0"])
@@ -81,6 +83,7 @@ def human_eval_problems() -> list[Problem]:
     return load_dataset(DatasetSpec(source="humaneval"))
 
 
+@pytest.mark.slow
 def test_canonical_solutions_pass_without_namespaces(human_eval_problems):
     # The first twelve: ten import typing; a program that cannot import it fails them all.
     failed = [problem.id for problem in human_eval_problems[:12]

@@ -97,11 +97,13 @@ def _problem(check_body: str) -> Problem:
                    metadata={"entry_point": "f"})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", sorted(CHECK_SHAPES))
 def test_an_honest_candidate_built_on_iterators_passes_every_shape(shape):
     assert verify_code(HONEST_WITH_ITERATORS, _problem(CHECK_SHAPES[shape]), sandbox=SANDBOX) == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("candidate", sorted(STOPPING_CANDIDATES))
 @pytest.mark.parametrize("shape", sorted(CHECK_SHAPES))
 def test_a_candidate_that_ends_the_checks_iteration_fails(shape, candidate):

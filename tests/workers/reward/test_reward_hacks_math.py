@@ -53,7 +53,8 @@ def _restatements_and_references(problems: list[Problem]) -> tuple[list, list, i
     return paid, missed, tried
 
 
-@pytest.mark.parametrize("name", [*DATA_SETS, *(pytest.param(n, marks=pytest.mark.slow) for n in SLOW_DATA_SETS)])
+@pytest.mark.slow  # every problem of each data set, through math-verify
+@pytest.mark.parametrize("name", [*DATA_SETS, *SLOW_DATA_SETS])
 def test_restating_the_problem_never_pays_and_the_reference_always_does(name):
     problems = load_dataset({**DATA_SETS, **SLOW_DATA_SETS}[name])
     paid, missed, tried = _restatements_and_references(problems)

@@ -91,6 +91,7 @@ def _assert_every_domain_still_honest(scorer, every_domain) -> None:
     assert got == [(problem.domain, expected) for _, problem, expected in every_domain], results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("payload", [_PATCH_VIA_IMPORT, _PATCH_VIA_SUBCLASSES, _PATCH_VIA_SUBCLASSES_SYMPY],
                          ids=["import", "subclasses", "subclasses-no-names"])
 @pytest.mark.parametrize("task", EVAL_TASKS + SYMPY_TASKS)
@@ -101,6 +102,7 @@ def test_a_payload_that_patches_the_verifier_scores_zero_and_patches_nothing(sco
     _assert_every_domain_still_honest(scorer, every_domain)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", EVAL_TASKS + SYMPY_TASKS)
 def test_a_payload_that_writes_a_file_or_opens_a_socket_scores_zero_and_leaves_no_file(scorer, task):
     if os.path.exists(MARKER):
@@ -111,6 +113,7 @@ def test_a_payload_that_writes_a_file_or_opens_a_socket_scores_zero_and_leaves_n
     assert not os.path.exists(MARKER)
 
 
+@pytest.mark.slow
 def test_a_task_scored_by_its_own_eval_scorer_trips_fail_fast_instead_of_scoring(monkeypatch):
     # Without our transcription, spiral_matrix's own scorer eval()s every non-matching answer: each check is a
     # refusal (CheckError), and a batch of them stops the run naming the task, never a silent 0 or a 1.

@@ -15,7 +15,6 @@ N_ENTRIES = 50
 # sympy.simplify on every near miss: intermediate_integration's scorer takes seconds per entry, so it is
 # compared on fewer entries (each still with every near miss).
 ENTRIES_PER_TASK = {"intermediate_integration": 10}
-SLOW_TASKS = {"simple_integration", "intermediate_integration"}
 PAYLOADS = [
     "__import__('sys').modules['workers.reward.reasoning_gym_verifier'].__dict__.update({'_FULL_MARKS': -1.0})",
     "().__class__.__base__.__subclasses__()[-1].__init__.__globals__['__builtins__']['__import__']('os')"
@@ -42,8 +41,8 @@ def _near_misses(task: str, gold: str) -> list[str | None]:
     return candidates
 
 
-@pytest.mark.parametrize("task", [pytest.param(task, marks=pytest.mark.slow) if task in SLOW_TASKS else task
-                                  for task in SAFE_SCORERS])
+@pytest.mark.slow  # each task's own scorer in the scoring jail, on many generated entries
+@pytest.mark.parametrize("task", list(SAFE_SCORERS))
 def test_the_transcription_scores_like_the_task_s_own_scorer(task):
     own = reasoning_gym.get_score_answer_fn(task)
     safe = SAFE_SCORERS[task]
@@ -59,6 +58,7 @@ def test_the_transcription_scores_like_the_task_s_own_scorer(task):
     assert compared >= entries * 10
 
 
+@pytest.mark.slow
 def test_the_gold_answers_get_full_marks():
     for task, safe in SAFE_SCORERS.items():
         own = reasoning_gym.get_score_answer_fn(task)

@@ -80,6 +80,7 @@ def _sandbox_processes(marker: str) -> list[int]:
 
 # --- the program runs, and its result comes back --------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", list(LAYERS))
 def test_a_well_behaved_program_runs_writes_its_directory_and_reports_its_exit_code(layers):
     result = _run(
@@ -129,6 +130,7 @@ def test_environment_is_minimal(monkeypatch):
 
 # --- resource limits (they hold with or without the isolation layers) ------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none"])
 def test_busy_loop_is_stopped_by_the_cpu_limit(layers):
     # A generous wall clock, so that only the CPU limit can end it (the machine may be busy).
@@ -137,6 +139,7 @@ def test_busy_loop_is_stopped_by_the_cpu_limit(layers):
     assert result.exit_code == -signal.SIGXCPU  # at 2 s of CPU; the hard limit would SIGKILL 1 s later
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none"])
 def test_sleeping_forever_is_killed_at_the_wall_clock_limit(layers):
     started = time.monotonic()
@@ -146,6 +149,7 @@ def test_sleeping_forever_is_killed_at_the_wall_clock_limit(layers):
     assert LIMITS["wall_timeout_s"] <= elapsed < LIMITS["wall_timeout_s"] + 10  # killed, not left running (slack for a loaded CPU)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none"])
 def test_fork_bomb_is_capped_at_max_processes_and_leaves_nothing_behind(layers):
     result = _run(
@@ -173,6 +177,7 @@ def test_fork_bomb_is_capped_at_max_processes_and_leaves_nothing_behind(layers):
     assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []  # the sleepers died too
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none"])
 def test_classic_fork_bomb_ends_and_leaves_nothing_behind(layers):
     started = time.monotonic()
@@ -193,6 +198,7 @@ def test_classic_fork_bomb_ends_and_leaves_nothing_behind(layers):
     assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none"])
 def test_memory_bomb_is_capped_at_the_address_space_limit(layers):
     result = _run(
@@ -252,6 +258,7 @@ except OSError as error:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layers", "blocked"),
                          [("all", True), ("namespaces", True), ("landlock", True), ("seccomp", False), ("none", False)])
 def test_writes_outside_the_working_directory(layers, blocked, shared_dir):
@@ -297,6 +304,7 @@ def _connection_arrives(listener: socket.socket) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layers", "blocked"),
                          [("all", True), ("namespaces", True), ("landlock", True), ("seccomp", True), ("none", False)])
 def test_tcp_connection_to_the_host(layers, blocked):
@@ -316,6 +324,7 @@ except OSError as error:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layers", "blocked"),
                          [("all", True), ("namespaces", True), ("landlock", False), ("seccomp", True), ("none", False)])
 def test_unix_socket_of_a_host_service(layers, blocked, shared_dir):
@@ -341,6 +350,7 @@ except OSError as error:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layers", "blocked"),
                          [("all", True), ("namespaces", True), ("landlock", True), ("none", False)])
 def test_signal_to_a_host_process(layers, blocked):
@@ -379,6 +389,7 @@ def test_standard_modules_named_reads_programs_in_string_literals_and_only_harml
         "json", "typing", "typing.List", "collections.abc", "os.path", "heapq"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none"])
 def test_a_program_in_a_string_literal_finds_its_standard_modules(layers):
     # As root without namespaces the program is nobody, and the standard library may sit under a 0700
@@ -500,6 +511,7 @@ print("msgget", "refused" if queue < 0 else "CREATED")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("layers", "blocked"), [("all", True), ("seccomp", True), ("none", False)])
 def test_memory_in_anonymous_files_and_sysv_ipc_is_refused(layers, blocked):
     # A memfd bomb held 2.5 GB under a 1 GiB limit: file pages are not address space (RLIMIT_AS).
@@ -525,6 +537,7 @@ print("parent exits", flush=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", ["all", "none", "landlock"])
 def test_a_double_forked_setsid_daemon_does_not_outlive_the_check(layers):
     result = _run(_DAEMON, _config(layers))
@@ -533,6 +546,7 @@ def test_a_double_forked_setsid_daemon_does_not_outlive_the_check(layers):
     assert _sandbox_processes(result.output_tail.split("dir")[1].split()[0]) == []
 
 
+@pytest.mark.slow
 def test_a_daemon_outlives_nothing_when_the_wall_clock_kills_the_program():
     result = _run(_DAEMON.replace("time.sleep(0.5)", "time.sleep(3600)"), _config("none", wall_timeout_s=2.0))
     assert result.timed_out

@@ -30,6 +30,7 @@ def _math(answer):
     return Problem(id="m", prompt="What is 36 + 22?", answer=answer, domain="math")
 
 
+@pytest.mark.slow
 def test_mixed_batch_is_scored_in_order(scorer, human_eval_0):
     rg_entry = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=3)[0]
     reasoning = Problem(id="rg", prompt=rg_entry["question"], answer=rg_entry["answer"], domain="reasoning_gym",
@@ -54,6 +55,7 @@ def test_mixed_batch_is_scored_in_order(scorer, human_eval_0):
     assert scorer.last_batch_stats == RewardBatchStats(n=10, n_failed=0, n_timeout=0, mean_score=0.5)
 
 
+@pytest.mark.slow
 def test_pathological_math_input_does_not_hold_the_batch_beyond_its_timeout(scorer):
     # Against a value reference a power tower is an expression, refused before anything evaluates it; against an
     # expression reference math-verify compares symbolically, and its own alarms must stop the comparison.
@@ -81,6 +83,7 @@ def test_verifier_failures_score_zero_and_are_counted(scorer):
     assert scorer.last_batch_stats.n_failed == 3 and scorer.last_batch_stats.n_timeout == 0
 
 
+@pytest.mark.slow
 def test_hostile_code_scores_zero_without_harming_the_run(scorer, human_eval_0, tmp_path):
     sentinel = tmp_path / "sentinel.txt"
     attacks = [

@@ -87,6 +87,7 @@ def test_a_scorer_exception_is_a_check_error_naming_the_task():
         _jailed(lambda: 1 / 0)
 
 
+@pytest.mark.slow
 def test_a_child_that_blocks_without_using_cpu_is_killed_at_its_wall_clock():
     import threading
     import time

@@ -42,6 +42,7 @@ def test_results_keep_the_input_order(pool):
     assert all(result.error is None for result in results)
 
 
+@pytest.mark.slow
 def test_a_hanging_check_is_killed_at_its_deadline_and_the_batch_goes_on(pool):
     started = time.monotonic()
     results = pool.run([(-1,), (1,), (3,), (-1,), (5,)], [1.0] * 5)

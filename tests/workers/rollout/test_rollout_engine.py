@@ -9,6 +9,8 @@ from workers.models.char_tokenizer import VOCAB
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine
 
+pytestmark = pytest.mark.slow  # every test here starts a vLLM engine
+
 EOS = VOCAB["<eos>"]
 MAX_NEW_TOKENS = 16
 PROMPTS = [[VOCAB[c] for c in text] for text in ("23+45=", "7*8=", "1-1=", "99+1=")]

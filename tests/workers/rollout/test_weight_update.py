@@ -11,6 +11,8 @@ from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine
 from workers.weights.vllm_reload import send_weights_via_rpc
 
+pytestmark = pytest.mark.slow  # every test here starts a vLLM engine
+
 TEMPERATURE = 0.7
 PROMPT = [VOCAB[c] for c in "23+45="]
 TOLERANCE = 1e-4  # fp32 on both sides; measured differences are ≈1e-6
@@ -153,7 +155,6 @@ def _learner_process(model_dir, port: int, response: list[int], results) -> None
     results.put((sent, scored.old_logp[0].tolist()))
 
 
-@pytest.mark.slow
 def test_collective_update_from_a_learner_process_matches_the_learner(engine, old_model, tiny_model_dir):
     """The collective route: a real LearnerEngine in another process broadcasts over gloo straight into
     this in-process vLLM worker, which then scores like the learner."""
