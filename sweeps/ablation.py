@@ -6,8 +6,8 @@ the mean, the sample standard deviation (ddof = 1) and the 95 % t interval over 
 trial ran one (ets-release, gmts-release, …). Each arm's lr is chosen on the validation benchmarks
 (``selected``; never on a test one), and for the GMTS methods Δ = GMTS − ETS, each at its own chosen lr,
 is paired by seed at the same model size, algorithm, mode, ratio and benchmark, with its own interval.
-A GMTS recipe is compared with its partner recipe (:data:`DELTA_PARTNERS`: gmts-release and gmts-paper with ets-release); a
-plain GMTS method with plain ETS at the same scope and denominator (a matched-scope pair: "which score",
+Who is compared with whom is the registry's (``compared_with``: gmts-release and gmts-paper with ets-release); a
+plain method with its plain partner at the same scope and denominator (a matched-scope pair: "which score",
 not "which population"). ``base`` cells hold the base policy's step-0 evaluation, the row every arm
 starts from. Values stay in the metric's own units (fractions).
 These cells are what ``GET /v1/sweeps/{id}/results`` serves; the Markdown/HTML/terminal views
@@ -22,14 +22,10 @@ from pydantic import BaseModel
 
 from sweeps.results import BASE_METRIC, EVAL_METRIC, SweepRuns, TrialPoint
 from sweeps.statistics import paired_difference, t_interval
-from workers.learner.recipes import is_gmts_like, selection_method_of
+from workers.learner.recipes import RECIPES, comparison_partner
+from workers.learner.recipes import method_rank as registry_rank
 
 BASE = "base"  # the method name of the base-policy row
-# Presentation only (row order); which methods are GMTS or ETS is the registry's (workers.learner.recipes).
-METHOD_ORDER = (BASE, "none", "ets-8020", "ets-trl", "ets-release", "ets", "gmts-release", "gmts-paper", "gmts",
-                "gmts_exact", "random")
-# GMTS recipe → the ETS recipe it is compared with (Δ); plain GMTS methods compare with plain 'ets'.
-DELTA_PARTNERS = {"gmts-release": "ets-release", "gmts-paper": "ets-release"}
 MODE_ORDER = (None, "top", "bottom")
 
 
@@ -53,7 +49,7 @@ class Cell(BaseModel):
     lr: float | None = None
     split: str = "test"  # "validation" benchmarks choose lrs; only "test" ones are the result
     selected: bool = True  # this arm's lr, chosen on validation (always true with one lr per arm)
-    delta_vs_ets: float | None = None  # GMTS methods only: mean over seeds of (GMTS − ETS), paired by seed
+    delta_vs_ets: float | None = None  # methods with a partner only: mean over seeds of (it − partner), by seed
     delta_ci_low: float | None = None
     delta_ci_high: float | None = None
     delta_n: int | None = None  # seeds in the pairing
@@ -171,11 +167,12 @@ def _select_lrs(cells: list[Cell]) -> None:
 
 
 def _add_deltas(cells: list[Cell]) -> None:
-    ets = {_comparison_key(c, c.method): c for c in cells if selection_method_of(c.method) == "ets" and c.selected}
+    selected = {_comparison_key(c, c.method): c for c in cells if c.selected}
     for cell in cells:
-        if not is_gmts_like(cell.method) or not cell.selected:
+        partner = comparison_partner(cell.method)
+        if partner is None or not cell.selected:
             continue
-        reference = ets.get(_comparison_key(cell, DELTA_PARTNERS.get(cell.method, "ets")))
+        reference = selected.get(_comparison_key(cell, partner))
         if reference is None:
             continue
         difference = paired_difference(dict(zip(cell.seeds, cell.values, strict=True)),
@@ -186,15 +183,16 @@ def _add_deltas(cells: list[Cell]) -> None:
         cell.delta_ci_low, cell.delta_ci_high = difference.low, difference.high
 
 
-def _comparison_key(cell: Cell, ets_method: str) -> tuple:
+def _comparison_key(cell: Cell, method: str) -> tuple:
     # Recipes fix their own populations; plain methods are compared at the same scope and denominator.
-    population = () if ets_method != "ets" else (cell.scope, cell.denominator)
-    return (ets_method, *population, cell.model_size, cell.algorithm, cell.mode, cell.ratio, cell.benchmark,
+    population = () if method in RECIPES else (cell.scope, cell.denominator)
+    return (method, *population, cell.model_size, cell.algorithm, cell.mode, cell.ratio, cell.benchmark,
             cell.metric)
 
 
 def method_rank(method: str) -> tuple[int, str]:
-    return (METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER), method)
+    """Row order: the base policy's row first, then the registry's order (workers.learner.recipes.method_rank)."""
+    return (-1 if method == BASE else registry_rank(method), method)
 
 
 def mode_rank(mode: str | None) -> int:

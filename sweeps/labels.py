@@ -14,17 +14,15 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from workers.learner.recipes import RECIPES, selection_method_of
+from workers.learner.recipes import RECIPES, full_token_method, selection_method_of
 
 SEPARATOR = " · "
 ALL_TOKENS = "All tokens"
 # The characters MLflow accepts in a metric key (alphanumerics, _ - . / space and colon); others become '_'.
 _UNSAFE_KEY = re.compile(r"[^\w.\-/]")
-# One colour per method in the plots and the MLflow charts (tag mlflow.runColor): matplotlib's tab10, so that
-# ETS is blue and GMTS red everywhere. Presentation only; a method not listed gets a palette colour by name.
-METHOD_COLORS = {"base": "#000000", "none": "#666666", "ets": "#1f77b4", "gmts": "#d62728", "gmts_exact": "#ff7f0e",
-                 "random": "#2ca02c", "ets-release": "#17becf", "ets-8020": "#bcbd22", "ets-trl": "#7f7f7f",
-                 "gmts-release": "#e377c2", "gmts-paper": "#8c564b"}
+# One colour per method in the plots and the MLflow charts (tag mlflow.runColor): a method's or recipe's own
+# ``color`` fact (matplotlib's tab10: ETS blue, GMTS red everywhere), else a palette colour picked by its name.
+BASE_COLOR = "#000000"  # the base policy's row (step 0): not a method
 PALETTE = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#2ca02c", "#ff7f0e")
 
 
@@ -37,8 +35,7 @@ def method_display(name: str) -> str:
     registered = SELECTION_METHODS.get(method)
     if registered is None:
         return name
-    keeps_every_token = registered.score is None and registered.select is None
-    shown = registered.display_name or (ALL_TOKENS if keeps_every_token else method.upper())
+    shown = registered.display_name or (ALL_TOKENS if registered.keeps_every_token else method.upper())
     if name in RECIPES:
         return shown + name[len(method):] if name.startswith(method) else f"{shown} ({name})"
     return shown
@@ -55,7 +52,13 @@ def ratio_is_kept_share(name: str) -> bool:
 
 def method_color(name: str) -> str:
     """The method's colour as ``#rrggbb`` (stable across runs and processes: crc32, not hash())."""
-    return METHOD_COLORS.get(name) or PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
+    from workers.learner.selection import SELECTION_METHODS
+
+    if name == "base":
+        return BASE_COLOR
+    registered = SELECTION_METHODS.get(name)
+    own = RECIPES[name].color if name in RECIPES else registered.color if registered is not None else ""
+    return own or PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
 
 
 def arm_label(method: str, mode: str | None = None, ratio: float | None = None, *, scope: str | None = None,
@@ -75,7 +78,7 @@ def arm_label(method: str, mode: str | None = None, ratio: float | None = None, 
 
 def trial_label(point: Mapping[str, Any]) -> str:
     """A trial's name from its grid point (``sweeps.spec.Trial.point``): only the axes the grid varies."""
-    label = arm_label(point.get("method", "none"), point.get("mode"), point.get("ratio"), scope=point.get("scope"),
+    label = arm_label(point.get("method") or full_token_method(), point.get("mode"), point.get("ratio"), scope=point.get("scope"),
                       denominator=point.get("denominator"), lr=point.get("lr"), model_size=point.get("model_size"),
                       algorithm=point.get("algorithm"))
     return label if "seed" not in point else f"{label}{SEPARATOR}seed {point['seed']}"

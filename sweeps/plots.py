@@ -31,7 +31,8 @@ import matplotlib.pyplot as plt
 from matplotlib.colors import to_rgb
 
 from sweeps.ablation import BASE, AblationResults, Cell, method_rank
-from sweeps.labels import method_color
+from sweeps.labels import method_color, method_display
+from workers.learner.recipes import keeps_every_token
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
 DODGE = 0.012  # x offset of the bottom-ρ points in top_vs_bottom
@@ -68,8 +69,9 @@ def accuracy_vs_ratio(results: AblationResults, folder: Path, metric: str = "acc
         for row, benchmark in enumerate(benchmarks):
             for col, mode in enumerate(modes):
                 ax = axes[row][col]
-                for cell in (c for c in mine if c.benchmark == benchmark and c.method == "none"):
-                    ax.axhline(cell.mean, color=method_color("none"), linestyle="--", label="none (all tokens)")
+                for cell in (c for c in mine if c.benchmark == benchmark and keeps_every_token(c.method)):
+                    ax.axhline(cell.mean, color=method_color(cell.method), linestyle="--",
+                               label=method_display(cell.method))
                 for cell in (c for c in mine if c.benchmark == benchmark and c.method == BASE):
                     ax.axhline(cell.mean, color="k", linestyle=":", label="base (step 0)")
                 methods = sorted({c.method for c in mine if c.mode == mode and c.ratio is not None}, key=method_rank)
@@ -123,7 +125,7 @@ def top_vs_bottom(results: AblationResults, folder: Path, metric: str = "accurac
     methods run in both modes), accuracy against ρ for each mode (mean and 95 % t interval over seeds), the
     full-token and base rows as lines. No figure (an empty list) when no method ran both modes."""
     baselines = [c for c in results.cells if c.metric == metric and c.split == "test" and c.selected
-                 and c.method in ("none", BASE)]
+                 and (c.method == BASE or keeps_every_token(c.method))]
     panels = top_vs_bottom_panels(results, metric)
     paths = []
     for (model_size, algorithm), arms in panels.items():
@@ -135,9 +137,9 @@ def top_vs_bottom(results: AblationResults, folder: Path, metric: str = "accurac
             ax = axes[benchmarks.index(benchmark)][methods.index(method)]
             for cell in baselines:
                 if (cell.model_size, cell.algorithm, cell.benchmark) == (model_size, algorithm, benchmark):
-                    none = cell.method == "none"
-                    ax.axhline(cell.mean, color=method_color("none") if none else "k", linestyle="--" if none else ":",
-                               label="none (all tokens)" if none else "base (step 0)")
+                    every_token = cell.method != BASE
+                    ax.axhline(cell.mean, color=method_color(cell.method), linestyle="--" if every_token else ":",
+                               label=method_display(cell.method) if every_token else "base (step 0)")
             # The bottom points sit a hair to the right (DODGE) so that two intervals at one ρ stay apart.
             for mode, marker, style, dodge in (("top", "o", "-", 0.0), ("bottom", "v", "--", DODGE)):
                 points = by_mode[mode]

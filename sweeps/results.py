@@ -19,6 +19,7 @@ from mlflow.exceptions import MlflowException
 from pydantic import BaseModel, ConfigDict
 
 from sweeps.tracking import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
+from workers.learner.recipes import full_token_method, keeps_every_token
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +151,8 @@ def _record(run: Run) -> TrialRecord:
 
 def _point(params: dict[str, str]) -> TrialPoint:
     raw = {axis: next((params[k] for k in keys if k in params), None) for axis, keys in PARAM_SOURCES.items()}
-    method = raw["method"] or "none"
-    baseline = method == "none"
+    method = raw["method"] or full_token_method()  # a run that names no method ran the config's default
+    baseline = keeps_every_token(method)
     return TrialPoint(
         method=method,
         ratio=None if baseline or _is_null(raw["ratio"]) else float(raw["ratio"]),

@@ -73,9 +73,8 @@ class BaseExperiment(_Strict):
 
 class GridAxes(_Strict):
     method: list[str] | None = Field(
-        None, json_schema_extra=_axis({"enum": [*SELECTION_METHODS, *sorted(RECIPES)]}), description="Selection methods (registered: none, ets, gmts, gmts_exact, random, h_abs_adv, "
-        "abs_omega, clip_cov, kl_cov, entropy_adv, archer) or reference recipes "
-        "(ets-8020, ets-trl, ets-release, gmts-release, gmts-paper).")
+        None, json_schema_extra=_axis({"enum": [*SELECTION_METHODS, *sorted(RECIPES)]}), description=f"Selection methods (registered: {', '.join(SELECTION_METHODS)}) or reference recipes "
+        f"({', '.join(RECIPES)}).")
     scope: list[SelectionScope] | None = Field(None, json_schema_extra=_axis(), description="Ranking populations (not with a recipe, which fixes it).")
     denominator: list[Literal["all", "selected"]] | None = Field(
         None, json_schema_extra=_axis(), description="What the policy-gradient term is normalised by: all response tokens "

@@ -50,3 +50,35 @@ def test_a_method_whose_ratio_is_not_the_kept_share_gets_one_row_with_its_ratio_
     assert rows["kl_cov ρ=0.002"] == ("—", ["33.0", "33.0"])
     assert rows["entropy_adv"] == ("—", ["35.0", "35.0"])
     assert rows["gmts"][1][0].startswith("45.0") and rows["ets"][1][1] == "40.0"
+
+
+def test_a_newly_registered_method_gets_its_partner_colour_and_row_from_its_facts_alone():
+    """Who a method is compared with, its colour and its row come from its registration, not from lists in sweeps/:
+    registering one (here with ``random`` as its partner) is all a report needs."""
+    from sweeps.ablation import method_rank
+    from sweeps.labels import method_color
+    from workers.learner.selection import SELECTION_METHODS, register_selection_method
+
+    assert "report_probe" not in SELECTION_METHODS
+    register_selection_method("report_probe", compared_with="random", color="#123456")(lambda x: x.entropy)
+    try:
+        runs = SweepRuns(parent_run_id="p", experiment_id="0", sweep_id="s", spec_name="x", unfinished=[], trials=[
+            _trial("a", "none", 0.30), _trial("b", "random", 0.25, "group", "all"),
+            _trial("c", "report_probe", 0.40, "group", "all"), _trial("d", "ets", 0.35, "group", "all")])
+        cells = {c.method: c for c in ablation(runs).cells}
+        assert cells["report_probe"].delta_vs_ets == pytest.approx(0.15)  # against random, its registered partner
+        assert cells["ets"].delta_vs_ets is None and cells["random"].delta_vs_ets is None  # no partner of their own
+        assert method_color("report_probe") == "#123456"
+        ranked = sorted(cells, key=method_rank)
+        assert ranked[0] == "none" and ranked[-1] == "report_probe"  # registered last, shown last
+    finally:
+        del SELECTION_METHODS["report_probe"]
+
+
+def test_plain_methods_and_recipes_keep_their_published_partners():
+    from workers.learner.recipes import RECIPES, comparison_partner
+
+    assert comparison_partner("gmts-release") == comparison_partner("gmts-paper") == "ets-release"
+    assert comparison_partner("gmts") == comparison_partner("gmts_exact") == "ets"
+    assert comparison_partner("ets") is None and comparison_partner("none") is None
+    assert all(comparison_partner(name) in (None, *RECIPES) for name in RECIPES)  # a recipe pairs with a recipe

@@ -114,7 +114,10 @@ class SelectionMethod:
     needs_logp: bool = False  # reads logp / old_logp (and ref_logp under KL): ω of the loss
     needs_grad_norm: bool = False  # reads G = ‖e_o − p‖ (the learner computes it only then)
     drops_zero_scores: bool = False  # zero-score tokens leave the ranking population
-    gmts_like: bool = False  # a GMTS variant (H or G times |ω|): reports pair it against ETS
+    gmts_like: bool = False  # a GMTS variant (H or G times |ω|)
+    # The method a report pairs this one with for its Δ (same scope, denominator, ρ, mode, seed); "" = none.
+    compared_with: str = ""
+    color: str = ""  # "#rrggbb" in plots and MLflow charts; "" = a palette colour picked by name
     # A method that is not "rank by score, keep the top ρ": it returns the whole Selection (mask, terms).
     select: Callable[[ScoreInputs, Population], Selection] | None = None
     uses_ratio: bool = True  # reads selection.ratio (required then; must be unset otherwise)
@@ -178,13 +181,12 @@ class SelectionConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     recipe: str | None = Field(  # first: the fields below are checked against it
-        None, description="A named published convention (workers.learner.recipes: ets-8020, ets-trl, ets-release, "
-        "gmts-release, gmts-paper) that fixes method, scope, rule, apply_to and omega_aggregation_weight; "
-        "None = set them yourself."
+        None, description="A named published convention (workers.learner.recipes.RECIPES, listed in docs/methods.md) "
+        "that fixes method, scope, rule, apply_to and omega_aggregation_weight; None = set them yourself."
     )
     method: Registered(SELECTION_METHODS, "selection method") = Field(  # type: ignore[valid-type]
-        "none", description="A registered selection method (register_selection_method): none, ets, gmts, "
-        "gmts_exact, random, h_abs_adv, abs_omega, clip_cov, kl_cov, entropy_adv, archer (docs/methods.md).")
+        "none", description="A registered selection method (register_selection_method; docs/methods.md lists them "
+        "with what each scores and changes).")
     ratio: float | None = Field(
         None, gt=0.0, le=1.0, description="ρ: fraction of eligible tokens kept; for clip_cov/kl_cov the fraction "
         "detached/penalised, for archer the high-entropy share; required unless the method has no ratio "
@@ -402,18 +404,18 @@ def _keep_best(scores: torch.Tensor, eligible: torch.Tensor, group_ids: torch.Te
 
 register_selection_method(  # the full-token baseline: every response token kept
     "none", uses_ratio=False, ratio_means="", family="baseline", weight="—", changes="nothing: every response token",
-    reference="GRPO / DAPO")(None)
+    reference="GRPO / DAPO", color="#666666")(None)
 
 
 @register_selection_method("ets", family="top-ρ selection", weight="H_t", changes="policy-gradient mask",
-                           reference="Beyond the 80/20 Rule, arXiv 2506.01939")
+                           reference="Beyond the 80/20 Rule, arXiv 2506.01939", color="#1f77b4")
 def entropy_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t, the token entropy (the "80/20" paper)."""
     return x.entropy.detach()
 
 
 @register_selection_method("random", family="top-ρ selection", weight="U(0, 1)", changes="policy-gradient mask",
-                           reference="control: any ρ-subset")
+                           reference="control: any ρ-subset", color="#2ca02c")
 def random_scores(x: ScoreInputs) -> torch.Tensor:
     """Uniform scores from a seeded generator: the "any ρ-subset" control."""
     generator = x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed)
@@ -426,23 +428,25 @@ def _abs_omega(x: ScoreInputs) -> torch.Tensor:
     return omega.abs()
 
 
-@register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True, family="top-ρ selection",
-                           weight="H_t·|ω_t|", changes="policy-gradient mask", reference="the GMTS paper")
+@register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True, compared_with="ets",
+                           family="top-ρ selection", weight="H_t·|ω_t|", changes="policy-gradient mask",
+                           reference="the GMTS paper", color="#d62728")
 def gmts_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |ω_t| (the GMTS paper)."""
     return x.entropy.detach() * _abs_omega(x)
 
 
 @register_selection_method("gmts_exact", needs_logp=True, needs_grad_norm=True, drops_zero_scores=True,
-                           gmts_like=True, family="top-ρ selection", weight="G_t·|ω_t|, G_t = ‖e_o − p‖",
-                           changes="policy-gradient mask", reference="the GMTS paper (exact norm, this lab)")
+                           gmts_like=True, compared_with="ets", family="top-ρ selection",
+                           weight="G_t·|ω_t|, G_t = ‖e_o − p‖", changes="policy-gradient mask",
+                           reference="the GMTS paper (exact norm, this lab)", color="#ff7f0e")
 def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
     """G_t · |ω_t|: the ℓ2 norm of the token's loss gradient w.r.t. its logits."""
     return x.grad_norm.detach() * _abs_omega(x)
 
 
-@register_selection_method("h_abs_adv", drops_zero_scores=True, gmts_like=True, family="top-ρ selection",
-                           weight="H_t·|A_t|", changes="policy-gradient mask",
+@register_selection_method("h_abs_adv", drops_zero_scores=True, gmts_like=True, compared_with="ets",
+                           family="top-ρ selection", weight="H_t·|A_t|", changes="policy-gradient mask",
                            reference="GMTS on-policy (r = 1, no KL), this lab")
 def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |A_t|: GMTS's score when r = 1 and there is no KL (one answer's tokens rank by entropy alone)."""
@@ -450,8 +454,8 @@ def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
 
 
 @register_selection_method("abs_omega", needs_logp=True, drops_zero_scores=True, gmts_like=True,
-                           family="top-ρ selection", weight="|ω_t|", changes="policy-gradient mask",
-                           reference="GMTS without entropy, this lab")
+                           compared_with="ets", family="top-ρ selection", weight="|ω_t|",
+                           changes="policy-gradient mask", reference="GMTS without entropy, this lab")
 def abs_omega_scores(x: ScoreInputs) -> torch.Tensor:
     """|ω_t| alone: GMTS without its entropy factor."""
     return _abs_omega(x)
