@@ -36,6 +36,7 @@ import httpx
 import psutil
 
 from api.settings import CODE_DIR, DEFAULT_MODEL_CACHE
+from orchestrator.cluster import LOCAL_ONLY_ENV
 
 HOME_ENV = "GMTS_HOME"
 DEFAULT_HOME = Path("~/.local/share/gmts-lab")
@@ -211,7 +212,9 @@ def _launch_ray(home: Path, logs: Path, ports: Ports, stack: dict) -> dict:
     if len(str(temp_dir)) > MAX_RAY_TEMP_DIR_CHARS:
         temp_dir = _private_dir(Path("/tmp") / f"gmts-{os.getuid()}-{secrets.token_hex(4)}") / "ray"
     env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_USAGE_STATS_ENABLED="0")
+    # LOCAL_ONLY_ENV: the node's address is loopback, so every Ray server of this one-machine stack listens there.
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_USAGE_STATS_ENABLED="0",
+               **{LOCAL_ONLY_ENV: "0"})
     # Ray's side ports get free ones: their defaults (10001, 52365 …) belong to any other Ray cluster here.
     side_ports = ["--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
                   "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"]

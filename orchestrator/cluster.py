@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 
-import ray
-
 logger = logging.getLogger(__name__)
 
 # Set per actor (``actor_runtime_env``), not in ray.init: inside a Ray job, a runtime_env given to
@@ -20,9 +18,29 @@ def actor_runtime_env() -> dict:
     return {"env_vars": dict(ACTOR_ENV)}
 
 
+# Ray's switch for a cluster of one machine (meant for macOS and Windows, honoured on Linux): the node's address is
+# loopback, so GCS, raylet, workers and agents listen on 127.0.0.1 only; otherwise Ray turns even an explicit
+# ``_node_ip_address="127.0.0.1"`` into the interface address and its gRPC servers listen on every interface.
+# Such a node accepts no other node: a cluster of several hosts is started with `ray start` (docs/deploy.md).
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def start_embedded(**init_kwargs) -> None:
+    """Start Ray on this machine alone, every server of it on loopback (``ray.init(address="local")``: a cluster of
+    our own, never attached to another local one). ``init_kwargs`` go to ``ray.init``."""
+    import ray  # here, not at the top: the control plane reads LOCAL_ONLY_ENV without importing Ray
+    from ray._private import ray_constants
+
+    os.environ[LOCAL_ONLY_ENV] = "0"  # the processes it starts (GCS, raylet, workers, job drivers) inherit it
+    ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the variable when it imported Ray
+    ray.init(address="local", **init_kwargs)
+
+
 def connect(address: str | None = None) -> None:
     """Use the Ray that is already up (Ray job, Tune trial), else ``address``/``RAY_ADDRESS``, else
     an embedded local cluster."""
+    import ray
+
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS")
@@ -31,4 +49,4 @@ def connect(address: str | None = None) -> None:
         ray.init(address=address)
     else:
         logger.info("Starting an embedded local Ray (no address given)")
-        ray.init(address="local", include_dashboard=False)  # never a stale cluster from /tmp/ray
+        start_embedded(include_dashboard=False)

@@ -15,6 +15,7 @@ import ray
 from mlflow import MlflowClient
 
 from orchestrator import console_logs
+from orchestrator.cluster import start_embedded
 from orchestrator.config_loader import ConfigError
 from orchestrator.resources import run_bundles
 from sweeps.labels import method_color, trial_label
@@ -156,7 +157,7 @@ def connect_ray(address: str | None) -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return False
-    ray.init(address="local", runtime_env=console_logs.runtime_env(), **quiet)
+    start_embedded(runtime_env=console_logs.runtime_env(), **quiet)
     return True
 
 

@@ -7,7 +7,8 @@ engine cost every run a second import of torch + DeepSpeed + transformers (≈ 8
 On one machine every rendezvous listens on loopback: torch's own ``TCPStore`` listens on every interface and
 gloo on the address the hostname resolves to, so :func:`listening_store` and :func:`pin_gloo_to` say where.
 On a cluster of several hosts the address is the node's Ray address (``ray start --node-ip-address``: the
-cluster's own setting). Ray's own servers are Ray's to bind (docs/deploy.md, "Security first").
+cluster's own setting). Ray's own servers listen on the node's address: loopback for the embedded cluster
+(``orchestrator.cluster.start_embedded``; docs/deploy.md, "Security first").
 """
 
 from __future__ import annotations

@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 
+import psutil
 import pytest
-import torch
 import ray
+import torch
 from mlflow.tracking import MlflowClient
 
+from orchestrator.cluster import start_embedded
 from orchestrator.completion_table import COLUMNS, artifact_file
 from orchestrator.config_loader import load_experiment
 from orchestrator.train import StepReport, train
@@ -28,7 +31,7 @@ COMPARED = ("train/accuracy", "reward/mean", "loss/pg", "loss/kl", "selection/se
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    start_embedded(num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
 
@@ -41,10 +44,44 @@ def shared_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def full_run(shared_dir, local_ray):
-    """The uninterrupted 4-step run (checkpoints every 2 steps, evaluations at 0, 2, 4), its step reports."""
+    """The uninterrupted 4-step run (checkpoints every 2 steps, evaluations at 0, 2, 4), its step reports and every
+    address a process of this test's tree (Ray's servers, agents, actors, vLLM, the learners) listened on meanwhile."""
     reports: list[StepReport] = []
-    result = train(_config(shared_dir, "full", 4), on_step=reports.append)
-    return result, reports
+    with ListeningAddresses() as listened:
+        result = train(_config(shared_dir, "full", 4), on_step=reports.append)
+    return result, reports, listened.seen
+
+
+class ListeningAddresses:
+    """Samples, every 0.2 s until exit, the listening TCP sockets of this process and all its descendants."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, set[str]] = {}  # address → names of the processes that listened there
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> ListeningAddresses:
+        self._sample_once()  # Ray's servers already run (the module's cluster): seen before the first sleep
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample_once()
+
+    def _sample_once(self) -> None:
+        me = psutil.Process()
+        for process in [me, *me.children(recursive=True)]:
+            try:
+                for conn in process.net_connections(kind="tcp"):
+                    if conn.status == psutil.CONN_LISTEN:
+                        self.seen.setdefault(conn.laddr.ip, set()).add(process.name())
+            except psutil.Error:  # gone between the listing and the look
+                pass
 
 
 def _config(root, name: str, steps: int, **extra: str):
@@ -67,7 +104,7 @@ def _history(client: MlflowClient, run_id: str, key: str) -> dict[int, float]:
 
 
 def test_train_logs_to_mlflow_and_resumes_exactly(tmp_path, shared_dir, full_run):
-    full, reports = full_run
+    full, reports, _ = full_run
     config = _config(shared_dir, "full", 4)
     client = MlflowClient(config.tracking_uri())
     run = client.get_run(full.run_id)
@@ -135,11 +172,22 @@ def _assert_completion_tables(client: MlflowClient, run_id: str, folder) -> None
                 assert correct <= accuracy[step] * size + 1e-9 <= correct + size - 16 + 1e-9
 
 
+def test_a_run_on_one_machine_listens_on_loopback_only(full_run):
+    """The embedded cluster (orchestrator.cluster.start_embedded) and everything a run starts in it — GCS, raylet,
+    dashboard and runtime-env agents, the rollout, learner and reward actors, the learners' rendezvous store —
+    listen on 127.0.0.1 only: nothing of a run on one machine is reachable from another."""
+    _, _, listened = full_run
+    assert listened, "no listening socket seen"
+    outside = {address: names for address, names in listened.items()
+               if address not in ("127.0.0.1", "::ffff:127.0.0.1", "::1")}
+    assert not outside, outside
+
+
 def test_the_same_config_and_seed_repeat_every_metric_exactly_under_load(shared_dir, full_run):
     """Deliverable of reproducibility: same config + seed → the same numbers to the last digit, even with the
     cores busy and another torch thread setting in the driver (timings aside). The first of the two runs is
     the module's uninterrupted run; the repeat differs from it in its name only."""
-    first, _ = full_run
+    first, _, _ = full_run
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])  # a busy core while the repeat runs
     previous = torch.get_num_threads()
     try:

@@ -12,6 +12,7 @@ import pytest
 import ray
 from mlflow.tracking import MlflowClient
 
+from orchestrator.cluster import start_embedded
 from orchestrator.config_loader import load_experiment
 from orchestrator.train import StepReport, StopTraining, train
 
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    start_embedded(num_cpus=2, include_dashboard=False)
     yield
     ray.shutdown()
 

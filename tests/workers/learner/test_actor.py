@@ -11,6 +11,7 @@ import torch.distributed as dist
 from ray.util.placement_group import placement_group, remove_placement_group
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from orchestrator.cluster import start_embedded
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine, init_process_group
@@ -37,7 +38,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    start_embedded(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:

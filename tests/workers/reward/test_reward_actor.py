@@ -3,6 +3,7 @@ import multiprocessing
 
 import pytest
 
+from orchestrator.cluster import start_embedded
 from workers.problem import Problem
 from workers.reward.actor import RewardWorker
 from workers.reward.config import RewardConfig
@@ -41,7 +42,7 @@ def test_plain_class_scores_without_ray_and_its_verifiers_end_with_it():
 @pytest.mark.slow
 def test_ray_actors_score_a_batch_whole_and_split():
     ray = pytest.importorskip("ray")
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    start_embedded(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         remote_worker = ray.remote(num_cpus=0)(RewardWorker)
         workers = [remote_worker.remote(CONFIG) for _ in range(2)]

@@ -9,6 +9,7 @@ import ray
 import torch
 from transformers import AutoModelForCausalLM
 
+from orchestrator.cluster import start_embedded
 from workers.weights.object_store import HostWeights
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.actor import RolloutGroup
@@ -22,7 +23,7 @@ PROMPTS = [[VOCAB[c] for c in text] for text in ("1+1=", "2+2=", "3+3=", "4+4=",
 def group(tiny_model_dir):
     # Actors import `workers` from the repository, whether or not the package is installed.
     python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
+    start_embedded(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
     group = RolloutGroup(tiny_model_dir, RolloutConfig(num_actors=2, max_new_tokens=8, threads_per_actor=2), num_cpus_per_actor=1)
     yield group
     group.shutdown()
