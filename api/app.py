@@ -144,103 +144,119 @@ def _token_dependency(token: bytes):
 
 def _v1_router(plane: ControlPlane, token: bytes) -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Depends(_token_dependency(token))], responses=ERRORS)
+    shared = _Handlers(plane)
+    _add_sweep_routes(router, shared)
+    _add_run_routes(router, shared)
+    return router
 
-    def submitted(kind: Kind, body, key: str | None, response: Response) -> SubmissionOut:
-        record, replayed = plane.submit(kind, body, key)
+
+class _Handlers:
+    """What the sweeps and the runs routes share: the two kinds are twins (submit, list, get, logs, cancel)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        # Reads serve SQLite only: the background reconciler brings statuses from Ray and progress from
+        # MLflow into it (api/service.py), so that no list/get waits on either; and they serve it as JSON
+        # bytes built once per change of the store (api/reads.py). The bodies are the response models'
+        # own serialisation, so they are what the OpenAPI schema says.
+        self.cache = ReadCache(lambda: plane.store.version)
+
+    def submitted(self, kind: Kind, body, key: str | None, response: Response) -> SubmissionOut:
+        record, replayed = self.plane.submit(kind, body, key)
         if replayed:
             response.headers["Idempotent-Replayed"] = "true"
-        return _out(plane.view(record))
+        return _out(self.plane.view(record))
 
-    # Reads serve SQLite only: the background reconciler brings statuses from Ray and progress from
-    # MLflow into it (api/service.py), so that no list/get waits on either; and they serve it as JSON
-    # bytes built once per change of the store (api/reads.py). The bodies are the response models'
-    # own serialisation, so they are what the OpenAPI schema says.
-    cache = ReadCache(lambda: plane.store.version)
-
-    async def listing(kind: Kind, limit: int, status: str | None) -> Response:
+    async def listing(self, kind: Kind, limit: int, status: str | None) -> Response:
         def build() -> bytes:
-            items = [_out(plane.view(record)) for record in plane.store.list(kind, limit, status)]
+            items = [_out(self.plane.view(record)) for record in self.plane.store.list(kind, limit, status)]
             return SubmissionList(items=items, warnings=[]).model_dump_json().encode()
 
-        return _json(await cache.body(("list", kind, limit, status), build))
+        return _json(await self.cache.body(("list", kind, limit, status), build))
 
-    async def one(kind: Kind, api_id: str) -> Response:
+    async def one(self, kind: Kind, api_id: str) -> Response:
         def build() -> bytes:
-            return _out(plane.view(plane.get(kind, api_id))).model_dump_json().encode()
+            return _out(self.plane.view(self.plane.get(kind, api_id))).model_dump_json().encode()
 
-        return _json(await cache.body(("get", kind, api_id), build))
+        return _json(await self.cache.body(("get", kind, api_id), build))
 
-    def cancelled(kind: Kind, api_id: str, response: Response) -> SubmissionOut:
-        record, leftovers = plane.cancel(plane.get(kind, api_id))
+    def cancelled(self, kind: Kind, api_id: str, response: Response) -> SubmissionOut:
+        record, leftovers = self.plane.cancel(self.plane.get(kind, api_id))
         done = record.finished and leftovers is not None and leftovers.clear
         response.status_code = 200 if done else 202
-        view = plane.view(record)
+        view = self.plane.view(record)
         if not done:
             view.warnings.append("stopping: " + (leftovers.describe() if leftovers else f"Ray still says {record.ray_status}"))
         return _out(view)
 
-    def logs(kind: Kind, api_id: str, tail: int) -> JobLogs:
-        record = plane.get(kind, api_id)
-        lines, truncated = plane.logs(record, tail)
+    def logs(self, kind: Kind, api_id: str, tail: int) -> JobLogs:
+        record = self.plane.get(kind, api_id)
+        lines, truncated = self.plane.logs(record, tail)
         return JobLogs(id=record.id, ray_submission_id=record.ray_submission_id, lines=lines, truncated=truncated)
+
+
+def _add_sweep_routes(router: APIRouter, shared: _Handlers) -> None:
+    """/v1/sweeps: submit, list, get, results, logs, cancel."""
 
     @router.post("/sweeps", status_code=201, response_model=SubmissionOut, tags=["sweeps"])
     def submit_sweep(spec: SweepSpec, response: Response, idempotency_key: IdemKey = None) -> SubmissionOut:
         """Validate a sweep spec fully (every trial's config, paths under the allowed roots) and start it
         as a Ray job (`python -m sweeps.run <validated spec>`)."""
-        return submitted("sweep", spec, idempotency_key, response)
+        return shared.submitted("sweep", spec, idempotency_key, response)
 
     @router.get("/sweeps", response_model=SubmissionList, tags=["sweeps"])
     async def list_sweeps(limit: Limit = 100, status: StatusFilter = None) -> Response:
-        return await listing("sweep", limit, status)
+        return await shared.listing("sweep", limit, status)
 
     @router.get("/sweeps/{sweep_id}", response_model=SubmissionOut, tags=["sweeps"])
     async def get_sweep(sweep_id: SweepId) -> Response:
-        return await one("sweep", sweep_id)
+        return await shared.one("sweep", sweep_id)
 
     @router.get("/sweeps/{sweep_id}/results", response_model=SweepResults, tags=["sweeps"])
     def sweep_results(sweep_id: SweepId) -> SweepResults:
         """The ablation table (sweeps.report.ablation_results on the parent run) as JSON."""
-        record = plane.get("sweep", sweep_id)
-        parent, trials, table = plane.results(record)
-        note = plane.results_note(record, trials)
+        record = shared.plane.get("sweep", sweep_id)
+        parent, trials, table = shared.plane.results(record)
+        note = shared.plane.results_note(record, trials)
         return SweepResults(sweep_id=record.id, status=record.status, parent_run_id=parent, complete=not note,
                             note=note, results=table)
 
     @router.get("/sweeps/{sweep_id}/logs", response_model=JobLogs, tags=["sweeps"])
     def sweep_logs(sweep_id: SweepId, tail: Tail = 200) -> JobLogs:
-        return logs("sweep", sweep_id, tail)
+        return shared.logs("sweep", sweep_id, tail)
 
     @router.post("/sweeps/{sweep_id}/cancel", response_model=SubmissionOut, tags=["sweeps"],
                  responses={202: {"model": SubmissionOut, "description": "Stop requested; Ray has not stopped it yet."}})
     def cancel_sweep(sweep_id: SweepId, response: Response) -> SubmissionOut:
         """Stop the Ray job, then mark the MLflow parent and its unfinished trial runs KILLED. Repeating it
         is harmless: a finished sweep answers 200 with its state."""
-        return cancelled("sweep", sweep_id, response)
+        return shared.cancelled("sweep", sweep_id, response)
+
+
+def _add_run_routes(router: APIRouter, shared: _Handlers) -> None:
+    """/v1/runs: submit, list, get, logs, cancel."""
 
     @router.post("/runs", status_code=201, response_model=SubmissionOut, tags=["runs"])
     def submit_run(request: BaseExperiment, response: Response, idempotency_key: IdemKey = None) -> SubmissionOut:
         """One training run: a preset plus dotted overrides (`python -m orchestrator.train --config …`)."""
-        return submitted("run", request, idempotency_key, response)
+        return shared.submitted("run", request, idempotency_key, response)
 
     @router.get("/runs", response_model=SubmissionList, tags=["runs"])
     async def list_runs(limit: Limit = 100, status: StatusFilter = None) -> Response:
-        return await listing("run", limit, status)
+        return await shared.listing("run", limit, status)
 
     @router.get("/runs/{run_id}", response_model=SubmissionOut, tags=["runs"])
     async def get_run(run_id: RunId) -> Response:
-        return await one("run", run_id)
+        return await shared.one("run", run_id)
 
     @router.get("/runs/{run_id}/logs", response_model=JobLogs, tags=["runs"])
     def run_logs(run_id: RunId, tail: Tail = 200) -> JobLogs:
-        return logs("run", run_id, tail)
+        return shared.logs("run", run_id, tail)
 
     @router.post("/runs/{run_id}/cancel", response_model=SubmissionOut, tags=["runs"],
                  responses={202: {"model": SubmissionOut, "description": "Stop requested; Ray has not stopped it yet."}})
     def cancel_run(run_id: RunId, response: Response) -> SubmissionOut:
-        return cancelled("run", run_id, response)
-
-    return router
+        return shared.cancelled("run", run_id, response)
 
 
 def _json(body: bytes) -> Response:

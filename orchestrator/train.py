@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import ray
 import torch
@@ -187,14 +188,13 @@ def train(
     connect()
     if placement_group is None:
         placement_group = ray.util.get_current_placement_group()
-    run_dir = config.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
-    restored = checkpointing.latest_checkpoint(run_dir) if resume else None
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    restored = checkpointing.latest_checkpoint(config.run_dir) if resume else None
 
     tracker = RunTracker(config, run_id=restored[1]["mlflow_run_id"] if restored else None)
     if restored:
         tracker.reopen()
-    workers: _Workers | None = None
+    run: _Run | None = None
     ahead: RolloutAhead | None = None
     own_group = None
     status = "FAILED"
@@ -204,97 +204,133 @@ def train(
             # Outside a sweep nobody reserved the pairs' shared bundles: do it here, or Ray could put an
             # engine and its learner on different GPUs.
             own_group = placement_group = _reserve_bundles(config)
-        phase = _Phases(config)
-        with phase("preparing the base policy (warm-up on first use, cached after)"):
-            policy_dir = prepare_policy(config)
-        tracker.log_base_checksum(policy_checksum(config, policy_dir))
-        tokenizer = load_tokenizer(policy_dir)
-        train_problems = load_dataset(config.data.train)
-        sampler = PromptSampler(train_problems, config.data.prompts_per_step, seed=config.training.seed)
-        eval_sets = {name: load_dataset(spec) for name, spec in config.data.eval.items()}
-        if not restored:
-            tracker.log_datasets((_dataset_name(config.data.train), train_problems), eval_sets)
-        with phase("starting the rollout engines, learners and reward worker"):
-            workers = _start_workers(config, policy_dir, placement_group)
-
-        base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
-
-        evaluations: dict[str, Evaluation] = {}  # "base" / "last"
-
-        def run_eval(step: int, when: str, timed: bool = False) -> dict[str, float]:
-            with phase(f"evaluating {when} on {', '.join(eval_sets) or 'no eval set'}", timed=timed):
-                evaluation = evaluate(eval_sets, workers.rollout, workers.score, tokenizer,
-                                      config.data.prompt_template, config.evaluation, base, workers.learners)
-            evaluations["last"] = evaluation
-            log_completion_tables(tracker, step, eval_sets, evaluation, config.evaluation.shown_completions)
-            return evaluation.metrics
-
+        run = _start(config, tracker, board, placement_group, logs_datasets=not restored)
         start_step, loop_state = 0, {}
         if restored:
-            start_step, loop_state, base = _restore(restored, config, workers, sampler)
+            start_step, loop_state, run.base = _restore(restored, config, run.workers, run.sampler)
         ahead = RolloutAhead(
-            lambda first_group_id: collect(sampler, workers.rollout, workers.score, tokenizer, config, first_group_id),
+            lambda first_group_id: collect(run.sampler, run.workers.rollout, run.workers.score, run.tokenizer, config,
+                                           first_group_id),
             config.rollout.max_staleness, next_group_id=loop_state.get("next_group_id", 0),
             held=RolloutAhead.held_from(loop_state))
         if not restored:
-            with phase(f"evaluating the base policy (step 0) on {', '.join(eval_sets) or 'no eval set'}"):
-                initial, base = _evaluate_base(config, workers, eval_sets, tokenizer)
-            evaluations["base"] = initial
-            log_completion_tables(tracker, 0, eval_sets, initial, config.evaluation.shown_completions)
-            tracker.log_step(0, initial.metrics)
-            if board is not None:
-                board.update(config.name, phase.who, config.training.steps, 0, initial.metrics)
-
-        history: list[dict[str, float]] = []
-        batch: TrainBatch | None = None
-        last_step = config.training.steps
-        for step in range(start_step + 1, config.training.steps + 1):
-            step_started = time.perf_counter()
-            metrics, batch = rl_step(step, config, workers, ahead, tokenizer, batch)
-            if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
-                metrics.update(run_eval(step, f"at step {step}"))
-            metrics["reward/failures_total"] = float(workers.reward_failures)
-            metrics["time/step"] = time.perf_counter() - step_started
-            tracker.log_step(step, metrics)
-            history.append(metrics)
-            if board is not None:
-                board.update(config.name, phase.who, config.training.steps, step, metrics)
-
-            saved = None
-            if config.checkpoint.interval and step % config.checkpoint.interval == 0:
-                saved = _save(config, workers, sampler, step, ahead, tracker)
-            elif not config.checkpoint.interval:
-                tracker.flush()
-            if on_step is not None:
-                try:
-                    on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
-                except StopTraining:
-                    logger.info("%s: stopped by its on_step callback after step %d of %d", phase.who, step,
-                                config.training.steps)
-                    last_step = step
-                    break
-
-        final = run_eval(last_step, f"after the last step ({last_step})", timed=True)
-        tracker.log_step(last_step, final)
-        logger.info("%s final | %s", config.name, _fmt(final))
-        if batch is not None:
-            # The paper's motivating figure: entropy vs exact gradient norm, token by token.
-            sample = batch.select(torch.arange(min(DIAGNOSTIC_ANSWERS, batch.batch_size)))
-            tracker.log_json({"answers": workers.learners.token_statistics(sample)}, "diagnostics/token_stats.json")
+            run.evaluate_base()
+        history, last_batch, last_step = _steps(run, ahead, start_step, on_step)
+        result = _finish(run, history, last_batch, last_step)
         status = "FINISHED"
-        return TrainResult(run_id=tracker.run_id, steps=last_step, final_metrics=final, run_dir=run_dir,
-                           history=history, base_evaluation=evaluations.get("base"),
-                           final_evaluation=evaluations["last"])
+        return result
     finally:
         if board is not None:
             board.close()
         if ahead is not None:
             ahead.close()
-        if workers is not None:
-            workers.shutdown()
+        if run is not None:
+            run.workers.shutdown()
         if own_group is not None:
             ray.util.remove_placement_group(own_group)
         tracker.finish(status)
+
+
+@dataclass
+class _Run:
+    """What the phases of one run share: its config, tracker and workers, the data, and its evaluations so far."""
+
+    config: ExperimentConfig
+    tracker: RunTracker
+    board: ProgressBoard | None
+    phase: _Phases
+    tokenizer: Any
+    sampler: PromptSampler
+    eval_sets: dict
+    workers: _Workers
+    base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
+    evaluations: dict[str, Evaluation] = field(default_factory=dict)  # "base" / "last"
+
+    def evaluate(self, step: int, when: str, timed: bool = False) -> dict[str, float]:
+        with self.phase(f"evaluating {when} on {', '.join(self.eval_sets) or 'no eval set'}", timed=timed):
+            evaluation = evaluate(self.eval_sets, self.workers.rollout, self.workers.score, self.tokenizer,
+                                  self.config.data.prompt_template, self.config.evaluation, self.base,
+                                  self.workers.learners)
+        self.evaluations["last"] = evaluation
+        log_completion_tables(self.tracker, step, self.eval_sets, evaluation, self.config.evaluation.shown_completions)
+        return evaluation.metrics
+
+    def evaluate_base(self) -> None:
+        """Step 0: the base policy's evaluation, logged, and its answers recorded for later comparisons."""
+        with self.phase(f"evaluating the base policy (step 0) on {', '.join(self.eval_sets) or 'no eval set'}"):
+            initial, self.base = _evaluate_base(self.config, self.workers, self.eval_sets, self.tokenizer)
+        self.evaluations["base"] = initial
+        log_completion_tables(self.tracker, 0, self.eval_sets, initial, self.config.evaluation.shown_completions)
+        self.tracker.log_step(0, initial.metrics)
+        if self.board is not None:
+            self.board.update(self.config.name, self.phase.who, self.config.training.steps, 0, initial.metrics)
+
+
+def _start(config: ExperimentConfig, tracker: RunTracker, board: ProgressBoard | None, placement_group,
+           logs_datasets: bool) -> _Run:
+    """The base policy (built on first use), the data, and the rollout engines, learners and reward worker."""
+    phase = _Phases(config)
+    with phase("preparing the base policy (warm-up on first use, cached after)"):
+        policy_dir = prepare_policy(config)
+    tracker.log_base_checksum(policy_checksum(config, policy_dir))
+    tokenizer = load_tokenizer(policy_dir)
+    train_problems = load_dataset(config.data.train)
+    sampler = PromptSampler(train_problems, config.data.prompts_per_step, seed=config.training.seed)
+    eval_sets = {name: load_dataset(spec) for name, spec in config.data.eval.items()}
+    if logs_datasets:
+        tracker.log_datasets((_dataset_name(config.data.train), train_problems), eval_sets)
+    with phase("starting the rollout engines, learners and reward worker"):
+        workers = _start_workers(config, policy_dir, placement_group)
+    return _Run(config=config, tracker=tracker, board=board, phase=phase, tokenizer=tokenizer, sampler=sampler,
+                eval_sets=eval_sets, workers=workers)
+
+
+def _steps(run: _Run, ahead: RolloutAhead, start_step: int, on_step: Callable[[StepReport], None] | None
+           ) -> tuple[list[dict[str, float]], TrainBatch | None, int]:
+    """Steps ``start_step + 1`` … the last (or the one ``on_step`` stopped at), each logged, evaluated and
+    checkpointed on its interval; their metrics, the last step's batch and the last step."""
+    config, workers, tracker = run.config, run.workers, run.tracker
+    history: list[dict[str, float]] = []
+    batch: TrainBatch | None = None
+    for step in range(start_step + 1, config.training.steps + 1):
+        step_started = time.perf_counter()
+        metrics, batch = rl_step(step, config, workers, ahead, run.tokenizer, batch)
+        if config.evaluation.interval and step % config.evaluation.interval == 0 and step < config.training.steps:
+            metrics.update(run.evaluate(step, f"at step {step}"))
+        metrics["reward/failures_total"] = float(workers.reward_failures)
+        metrics["time/step"] = time.perf_counter() - step_started
+        tracker.log_step(step, metrics)
+        history.append(metrics)
+        if run.board is not None:
+            run.board.update(config.name, run.phase.who, config.training.steps, step, metrics)
+
+        saved = None
+        if config.checkpoint.interval and step % config.checkpoint.interval == 0:
+            saved = _save(config, workers, run.sampler, step, ahead, tracker)
+        elif not config.checkpoint.interval:
+            tracker.flush()
+        if on_step is not None:
+            try:
+                on_step(StepReport(step=step, metrics=metrics, checkpoint_dir=saved))
+            except StopTraining:
+                logger.info("%s: stopped by its on_step callback after step %d of %d", run.phase.who, step,
+                            config.training.steps)
+                return history, batch, step
+    return history, batch, config.training.steps
+
+
+def _finish(run: _Run, history: list[dict[str, float]], batch: TrainBatch | None, last_step: int) -> TrainResult:
+    """The evaluation after the last step, the token diagnostics of its batch, and the run's result."""
+    final = run.evaluate(last_step, f"after the last step ({last_step})", timed=True)
+    run.tracker.log_step(last_step, final)
+    logger.info("%s final | %s", run.config.name, _fmt(final))
+    if batch is not None:
+        # The paper's motivating figure: entropy vs exact gradient norm, token by token.
+        sample = batch.select(torch.arange(min(DIAGNOSTIC_ANSWERS, batch.batch_size)))
+        run.tracker.log_json({"answers": run.workers.learners.token_statistics(sample)}, "diagnostics/token_stats.json")
+    return TrainResult(run_id=run.tracker.run_id, steps=last_step, final_metrics=final, run_dir=run.config.run_dir,
+                       history=history, base_evaluation=run.evaluations.get("base"),
+                       final_evaluation=run.evaluations["last"])
 
 
 def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Workers, sampler: PromptSampler

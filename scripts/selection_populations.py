@@ -48,19 +48,7 @@ def main() -> None:
     problems = load_dataset(config.data.train.model_copy(update={"limit": prompts}))
 
     torch.manual_seed(args.seed)
-    prompt_ids, response_ids, rewards, group_ids = [], [], [], []
-    with torch.no_grad():
-        for group, problem in enumerate(problems):
-            ids = prompt_token_ids(problem, tokenizer, config.data.prompt_template)
-            out = model.generate(torch.tensor([ids] * samples), attention_mask=torch.ones(samples, len(ids), dtype=torch.long),
-                                 do_sample=True, temperature=config.rollout.temperature, top_k=0, top_p=1.0,
-                                 max_new_tokens=config.rollout.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
-            for row in out[:, len(ids):].tolist():
-                response = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
-                prompt_ids.append(ids)
-                response_ids.append(response)
-                rewards.append(verify_arithmetic(tokenizer.decode(response, skip_special_tokens=True), problem))
-                group_ids.append(group)
+    prompt_ids, response_ids, rewards, group_ids = _sample(config, model, tokenizer, problems, samples)
     rewards_t, groups_t = torch.tensor(rewards), torch.tensor(group_ids)
     advantages = compute_advantages(config.algorithm.advantage_estimator, rewards_t, groups_t)
     batch = TrainBatch.from_lists(prompt_ids, response_ids, advantages, group_ids, pad_id=tokenizer.pad_token_id or 0)
@@ -99,6 +87,30 @@ def main() -> None:
         diagnostics[name] = {key: statistics.fmean(d[key] for d in per_mini if key in d) for key in
                              sorted({k for d in per_mini for k in d})}
 
+    _print_comparison(masks, diagnostics, mask, entropy, groups_t, prompts)
+
+
+def _sample(config, model, tokenizer, problems, samples: int) -> tuple[list, list, list, list]:
+    """``samples`` answers per problem from the base policy (HF generate, the preset's temperature), scored."""
+    prompt_ids, response_ids, rewards, group_ids = [], [], [], []
+    with torch.no_grad():
+        for group, problem in enumerate(problems):
+            ids = prompt_token_ids(problem, tokenizer, config.data.prompt_template)
+            out = model.generate(torch.tensor([ids] * samples),
+                                 attention_mask=torch.ones(samples, len(ids), dtype=torch.long),
+                                 do_sample=True, temperature=config.rollout.temperature, top_k=0, top_p=1.0,
+                                 max_new_tokens=config.rollout.max_new_tokens, pad_token_id=tokenizer.eos_token_id)
+            for row in out[:, len(ids):].tolist():
+                response = row[: row.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in row else row
+                prompt_ids.append(ids)
+                response_ids.append(response)
+                rewards.append(verify_arithmetic(tokenizer.decode(response, skip_special_tokens=True), problem))
+                group_ids.append(group)
+    return prompt_ids, response_ids, rewards, group_ids
+
+
+def _print_comparison(masks: dict, diagnostics: dict, mask: torch.Tensor, entropy: torch.Tensor,
+                      groups_t: torch.Tensor, prompts: int) -> None:
     print("\nkept tokens per prompt (first 16 prompts), ρ = 0.2:")
     per_prompt = {name: [int(m[groups_t == g].sum()) for g in range(prompts)] for name, m in masks.items()}
     for name, counts in per_prompt.items():
@@ -108,7 +120,7 @@ def main() -> None:
     print(f"  mean group entropy          {[round(float(entropy[groups_t == g][mask[groups_t == g].bool()].mean()), 2) for g in range(16)]}")
 
     print("\nselection diagnostics (mean over the mini-batches):")
-    names = list(settings)
+    names = list(masks)
     print(f"  {'metric':36s}" + "".join(f"{n:>28s}" for n in names))
     for key in KEYS + tuple(f"selection/decile_{d}" for d in range(10)):
         print(f"  {key:36s}" + "".join(f"{diagnostics[n].get(key, float('nan')):28.3f}" for n in names))

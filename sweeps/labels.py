@@ -78,9 +78,9 @@ def arm_label(method: str, mode: str | None = None, ratio: float | None = None, 
 
 def trial_label(point: Mapping[str, Any]) -> str:
     """A trial's name from its grid point (``sweeps.spec.Trial.point``): only the axes the grid varies."""
-    label = arm_label(point.get("method") or full_token_method(), point.get("mode"), point.get("ratio"), scope=point.get("scope"),
-                      denominator=point.get("denominator"), lr=point.get("lr"), model_size=point.get("model_size"),
-                      algorithm=point.get("algorithm"))
+    label = arm_label(point.get("method") or full_token_method(), point.get("mode"), point.get("ratio"),
+                      scope=point.get("scope"), denominator=point.get("denominator"), lr=point.get("lr"),
+                      model_size=point.get("model_size"), algorithm=point.get("algorithm"))
     return label if "seed" not in point else f"{label}{SEPARATOR}seed {point['seed']}"
 
 

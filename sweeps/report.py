@@ -138,6 +138,18 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
     for name, text in views.items():
         (folder / name).write_text(text)
         report.files.append(folder / name)
+    diagnostic_numbers = _write_figures(client, runs, report, metric)
+    for note in report.notes:
+        logger.info("report: %s", note)
+    if upload:
+        _upload(client, parent, report, views["ablation.html"], shown, diagnostic_numbers, metric)
+    return report
+
+
+def _write_figures(client: MlflowClient, runs: SweepRuns, report: Report, metric: str) -> dict[str, float]:
+    """The report's plots into its folder (a note for each that has nothing to show); returns the numbers of the
+    token diagnostics, for the parent run."""
+    results, folder = report.results, report.folder
     report.files += plots.accuracy_vs_ratio(results, folder, metric)
     report.files += plots.top_vs_bottom(results, folder, metric)  # none with a single mode
     lr_curve = plots.accuracy_vs_lr(results, folder / "accuracy_vs_lr.png", metric)
@@ -165,27 +177,30 @@ def build_report(client: MlflowClient, parent: Run, folder: Path, *, metric: str
                             "roles, e.g. arithmetic style 'worked')")
     scatter, diagnostic_numbers = _token_scatter(client, runs, folder, report.notes)
     report.files += scatter
-    for note in report.notes:
-        logger.info("report: %s", note)
-    if upload:
-        if report.notes:
-            (folder / "notes.txt").write_text("\n".join(report.notes) + "\n")
-        # The table first: the run's root artifacts list in name order, capitals before the folders.
-        with tempfile.TemporaryDirectory(prefix="gmts-report-") as tmp:
-            table = Path(tmp) / TABLE_ARTIFACT
-            table.write_text(views["ablation.html"])
-            client.log_artifact(parent.info.run_id, str(table))
-        client.log_artifacts(parent.info.run_id, str(folder), artifact_path=ARTIFACT_DIR)
-        note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""), shown)
-        if len(note) > MAX_TAG_VAL_LENGTH:  # MLflow would cut the description: keep its table whole
-            note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""),
-                           [f"The completions tables of each arm: {ARTIFACT_DIR}/ablation.md"])
-        report.summary = log_summary(client, parent.info.run_id, results, note, metric=metric)
-        if diagnostic_numbers:
-            client.log_batch(parent.info.run_id, metrics=[Metric(key, value, int(time.time() * 1000), 0)
-                                                          for key, value in sorted(diagnostic_numbers.items())])
-            report.summary.update(diagnostic_numbers)
-    return report
+    return diagnostic_numbers
+
+
+def _upload(client: MlflowClient, parent: Run, report: Report, table_html: str, shown: list[str],
+            diagnostic_numbers: dict[str, float], metric: str) -> None:
+    """The report's files, note, summary metrics and diagnostics onto the sweep's parent run."""
+    run_id, results, tables = parent.info.run_id, report.results, report.tables
+    if report.notes:
+        (report.folder / "notes.txt").write_text("\n".join(report.notes) + "\n")
+    # The table first: the run's root artifacts list in name order, capitals before the folders.
+    with tempfile.TemporaryDirectory(prefix="gmts-report-") as tmp:
+        table = Path(tmp) / TABLE_ARTIFACT
+        table.write_text(table_html)
+        client.log_artifact(run_id, str(table))
+    client.log_artifacts(run_id, str(report.folder), artifact_path=ARTIFACT_DIR)
+    note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""), shown)
+    if len(note) > MAX_TAG_VAL_LENGTH:  # MLflow would cut the description: keep its table whole
+        note = to_note(results, tables, parent.data.tags.get(DESCRIPTION_TAG, ""),
+                       [f"The completions tables of each arm: {ARTIFACT_DIR}/ablation.md"])
+    report.summary = log_summary(client, run_id, results, note, metric=metric)
+    if diagnostic_numbers:
+        client.log_batch(run_id, metrics=[Metric(key, value, int(time.time() * 1000), 0)
+                                          for key, value in sorted(diagnostic_numbers.items())])
+        report.summary.update(diagnostic_numbers)
 
 
 def learning_curves(client: MlflowClient, runs: SweepRuns) -> list[plots.Curve]:

@@ -56,6 +56,7 @@ import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import deepspeed
@@ -117,6 +118,19 @@ class ResponseLogitsPolicy(nn.Module):
         return response_logits(self.causal_lm, input_ids, attention_mask, rows, positions)
 
 
+@dataclass
+class _MicroForward:
+    """One micro-batch's forward pass, in the [B, T] response layout: logp (with its graph), entropy and G (or
+    None), π_old's logp (the batch's, else this logp detached), and the entropy the loss's bonus reads."""
+
+    logp: torch.Tensor
+    entropy: torch.Tensor
+    grad_norm: torch.Tensor | None
+    mask: torch.Tensor
+    old_logp: torch.Tensor
+    entropy_in_loss: torch.Tensor
+
+
 class LearnerEngine:
     def __init__(
         self,
@@ -154,8 +168,17 @@ class LearnerEngine:
         self.weight_group: WeightBroadcastGroup | None = None  # rank 0, collective weight sync only
 
         started = time.perf_counter()
-        dtype = torch.bfloat16 if learner.bf16 else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        self._build_engine(model_dir)
+        self.reference = self._load_reference(model_dir) if use_reference else None
+        self.init_seconds = time.perf_counter() - started
+        logger.info("learner rank %d/%d ready in %.1f s (ZeRO %d)", self.rank, self.world_size,
+                    self.init_seconds, learner.zero_stage)
+
+    def _build_engine(self, model_dir: str | Path) -> None:
+        """The policy, its optimiser and lr schedule, wrapped by DeepSpeed (``self.model``, ``self.engine``,
+        ``self.optimizer``, ``self.device``)."""
+        learner = self.learner
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self._dtype)
         self.model.config.use_cache = False
         if learner.gradient_checkpointing:
             self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -172,14 +195,16 @@ class LearnerEngine:
         )
         self.engine.train()
         self.device = self.engine.device
-        self.reference = None
-        if use_reference:
-            # A full frozen copy on every rank (not ZeRO-partitioned): fine at the sizes this lab trains.
-            self.reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(self.device).eval()
-            self.reference.requires_grad_(False)
-        self.init_seconds = time.perf_counter() - started
-        logger.info("learner rank %d/%d ready in %.1f s (ZeRO %d)", self.rank, self.world_size,
-                    self.init_seconds, learner.zero_stage)
+
+    def _load_reference(self, model_dir: str | Path) -> nn.Module:
+        # A full frozen copy on every rank (not ZeRO-partitioned): fine at the sizes this lab trains.
+        reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self._dtype).to(self.device).eval()
+        reference.requires_grad_(False)
+        return reference
+
+    @property
+    def _dtype(self) -> torch.dtype:
+        return torch.bfloat16 if self.learner.bf16 else torch.float32
 
     def _deepspeed_config(self) -> dict:
         cfg = self.learner
@@ -331,15 +356,10 @@ class LearnerEngine:
                         aggregate[key] += record.pop(key) * scale * self.world_size
                     records.append(record)
                 optimizer_records.append({**self._optimizer_record(), **aggregate})
-        metrics = _mean_metrics(records)
-        metrics.update(_mean_metrics(optimizer_records))
+        metrics = _step_metrics(records, optimizer_records, tokens, timings)
         metrics.update(agreement)
         if measure_agreement:
             metrics["rollout/logprob_diff"] = agreement_sums[0] / max(agreement_sums[1], 1.0)
-        metrics["optim/steps"] = float(len(optimizer_records))
-        metrics["learner/micro_batches"] = float(len(records))
-        metrics["learner/padding_fraction"] = 1.0 - tokens["real"] / max(tokens["padded"], 1)
-        metrics.update({f"time/{phase}_s": seconds for phase, seconds in timings.items()})
         metrics["time/train_step_s"] = time.perf_counter() - started
         return metrics
 
@@ -405,7 +425,7 @@ class LearnerEngine:
         selections = [whole.rows(*span) for span in row_spans([part["response_mask"] for part in parts])]
         pg_total = None
         if self.selection.apply_to == "loss":
-            pg_total = self._sum_over_ranks(sum(loss_units(s.mask.float(), loss_config.loss_agg) for s in selections))
+            pg_total = self._selected_units(selections, loss_config)
         timings["selection_scoring"] += time.perf_counter() - tick
         return selections, pg_total
 
@@ -421,6 +441,11 @@ class LearnerEngine:
                 "old_logp": micro.old_logp if micro.old_logp is not None else logp,
                 "ref_logp": micro.ref_logp, "grad_norm": grad_norm}
 
+    def _selected_units(self, selections: list[Selection], loss_config: PolicyLossConfig) -> float:
+        """apply_to='loss': the policy-gradient term's denominator, the selected tokens' loss units of the whole
+        mini-batch (these selections) summed over ranks."""
+        return self._sum_over_ranks(sum(loss_units(s.mask.float(), loss_config.loss_agg) for s in selections))
+
     def _sum_over_ranks(self, value: float) -> float:
         total = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(total, group=self.process_group)
@@ -430,42 +455,33 @@ class LearnerEngine:
                     generator: torch.Generator, tie_seed: int, timings: dict[str, float],
                     selection: Selection | None = None, pg_total: float | None = None,
                     whole_mini_batch: bool = False, agreement_sums: list[float] | None = None) -> dict[str, float]:
-        """``agreement_sums``: add Σ |sampling logp − logp| and the token count of this micro-batch to it."""
+        """Forward, selection (unless given), loss, backward and optimiser step of one micro-batch; its metrics.
+        ``agreement_sums``: add Σ |sampling logp − logp| and the token count of this micro-batch to it."""
         tick = time.perf_counter()
         micro = micro.to(self.device)
-        index = micro.response_index()
-        logits = self.engine(micro.input_ids, micro.attention_mask, index.rows, index.positions)
-        logp, entropy, grad_norm = self._response_stats(micro, index, logits)
-        mask = micro.response_mask
-        if agreement_sums is not None:
-            agreement_sums[0] += float(((micro.sampling_logp - logp.detach()).abs() * mask).sum())
-            agreement_sums[1] += float(mask.sum())
-        old_logp = micro.old_logp if micro.old_logp is not None else logp.detach()
-        entropy_in_loss = entropy
-        if loss_config.entropy_coef > 0:
-            entropy_in_loss = _to_layout(entropy_from_logits(logits, self.temperature), index, mask)
+        fwd = self._forward(micro, loss_config, agreement_sums)
         tock = time.perf_counter()
         timings["forward"] += tock - tick
 
         if selection is None:
             selection = select_tokens(
-                response_mask=mask, entropy=entropy, advantages=micro.advantages, group_ids=micro.group_ids,
-                config=self.selection, loss_config=loss_config, logp=logp.detach(), old_logp=old_logp,
-                ref_logp=micro.ref_logp, grad_norm=grad_norm, process_group=self.process_group,
+                response_mask=fwd.mask, entropy=fwd.entropy, advantages=micro.advantages, group_ids=micro.group_ids,
+                config=self.selection, loss_config=loss_config, logp=fwd.logp.detach(), old_logp=fwd.old_logp,
+                ref_logp=micro.ref_logp, grad_norm=fwd.grad_norm, process_group=self.process_group,
                 generator=generator, tie_seed=tie_seed,
             )
             if self.selection.apply_to == "loss" and whole_mini_batch:
                 # This micro-batch is the whole mini-batch: its selection is every selection of the step.
-                pg_total = self._sum_over_ranks(loss_units(selection.mask.float(), loss_config.loss_agg))
+                pg_total = self._selected_units([selection], loss_config)
         pg_scale = scale
         if self.selection.apply_to == "loss" and pg_total is not None:
             pg_scale = loss_units(selection.mask.float(), loss_config.loss_agg) / pg_total * self.world_size
         pg_mask, loss_mask = selection.loss_masks(self.selection.apply_to)
         terms = None if selection.terms is None else selection.terms.to(self.device)
         out = ppo_clip_loss(
-            logp=logp, old_logp=old_logp, advantages=micro.advantages[:, None].expand_as(mask), response_mask=mask,
-            config=loss_config, ref_logp=micro.ref_logp, pg_mask=pg_mask, loss_mask=loss_mask,
-            entropy=entropy_in_loss, terms=terms,
+            logp=fwd.logp, old_logp=fwd.old_logp, advantages=micro.advantages[:, None].expand_as(fwd.mask),
+            response_mask=fwd.mask, config=loss_config, ref_logp=micro.ref_logp, pg_mask=pg_mask, loss_mask=loss_mask,
+            entropy=fwd.entropy_in_loss, terms=terms,
         )
         tick = time.perf_counter()
         timings["selection_and_loss"] += tick - tock
@@ -477,7 +493,28 @@ class LearnerEngine:
             self._last_grad_norm = self._unclipped_grad_norm()
         self.engine.step()  # applies the update only at the accumulation boundary set by train_step
         timings["optimizer"] += time.perf_counter() - tock
+        return self._micro_record(micro, fwd, out, selection, terms, pg_scale, scale, loss_config)
 
+    def _forward(self, micro: TrainBatch, loss_config: PolicyLossConfig, agreement_sums: list[float] | None
+                 ) -> _MicroForward:
+        """The policy's forward pass over one micro-batch (on the device) and what the loss and selection read."""
+        index = micro.response_index()
+        logits = self.engine(micro.input_ids, micro.attention_mask, index.rows, index.positions)
+        logp, entropy, grad_norm = self._response_stats(micro, index, logits)
+        mask = micro.response_mask
+        if agreement_sums is not None:
+            agreement_sums[0] += float(((micro.sampling_logp - logp.detach()).abs() * mask).sum())
+            agreement_sums[1] += float(mask.sum())
+        entropy_in_loss = entropy
+        if loss_config.entropy_coef > 0:  # the bonus needs the entropy with its graph
+            entropy_in_loss = _to_layout(entropy_from_logits(logits, self.temperature), index, mask)
+        return _MicroForward(logp=logp, entropy=entropy, grad_norm=grad_norm, mask=mask,
+                             old_logp=micro.old_logp if micro.old_logp is not None else logp.detach(),
+                             entropy_in_loss=entropy_in_loss)
+
+    def _micro_record(self, micro: TrainBatch, fwd: _MicroForward, out, selection: Selection, terms,
+                      pg_scale: float, scale: float, loss_config: PolicyLossConfig) -> dict[str, float]:
+        """One micro-batch's metrics: its loss terms, how far it is off-policy, and what the selection kept."""
         record = {
             # Weighted so that train_step's scale-weighted sum is the mini-batch aggregate.
             "loss/total": float((out.pg_term * pg_scale + out.reg_term * scale).detach()) / scale,
@@ -490,7 +527,8 @@ class LearnerEngine:
         }
         if out.kl is not None:
             record["loss/kl"] = float(out.kl)
-        record.update(self._off_policy_record(micro, logp.detach(), old_logp, entropy.detach(), loss_config))
+        record.update(self._off_policy_record(micro, fwd.logp.detach(), fwd.old_logp, fwd.entropy.detach(),
+                                              loss_config))
         # On CPU copies: diagnostics builds its quantile levels on the CPU (and it is all [B, T]-sized).
         cpu = lambda t: None if t is None else t.detach().cpu()
         # The advantages the loss used: a shaping method's (entropy_adv) replace the batch's.
@@ -498,7 +536,7 @@ class LearnerEngine:
         record.update(selection_diagnostics(
             Selection(mask=cpu(selection.mask), scores=cpu(selection.scores), eligible=cpu(selection.eligible),
                       treated=cpu(selection.treated)),
-            cpu(mask), cpu(entropy), cpu(grad_norm), advantages=cpu(advantages),
+            cpu(fwd.mask), cpu(fwd.entropy), cpu(fwd.grad_norm), advantages=cpu(advantages),
             loss_agg=loss_config.loss_agg, apply_to=self.selection.apply_to,
             token_roles=cpu(micro.token_roles), role_legend=micro.role_legend))
         return record
@@ -629,6 +667,18 @@ class LearnerEngine:
 def _to_layout(flat: torch.Tensor, index: ResponseIndex, like: torch.Tensor) -> torch.Tensor:
     """Scatter N per-token values into the [B, T] response layout (zeros elsewhere; keeps autograd)."""
     return torch.zeros(like.shape, dtype=flat.dtype, device=flat.device).index_put((index.rows, index.cols), flat)
+
+
+def _step_metrics(records: list[dict[str, float]], optimizer_records: list[dict[str, float]], tokens: dict[str, int],
+                  timings: dict[str, float]) -> dict[str, float]:
+    """A step's metrics: the micro-batches' and optimiser steps' means, their counts, padding and phase times."""
+    metrics = _mean_metrics(records)
+    metrics.update(_mean_metrics(optimizer_records))
+    metrics["optim/steps"] = float(len(optimizer_records))
+    metrics["learner/micro_batches"] = float(len(records))
+    metrics["learner/padding_fraction"] = 1.0 - tokens["real"] / max(tokens["padded"], 1)
+    metrics.update({f"time/{phase}_s": seconds for phase, seconds in timings.items()})
+    return metrics
 
 
 def _mix_seed(*parts: int) -> int:

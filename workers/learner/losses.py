@@ -283,6 +283,41 @@ class PolicyLossOutput:
     approx_kl_old: float  # mean (log π_old − log π), the drift since sampling
 
 
+def _token_policy_gradient(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, masks,
+                           config: PolicyLossConfig, terms: TokenTerms | None) -> torch.Tensor:
+    """The per-token clipped surrogate −A·r (dual clip for A < 0), or unclipped, plus KL-Cov's |log r| penalty."""
+    surrogate = -advantages * masks.ratio
+    if terms is not None and terms.unclipped:
+        pg = surrogate
+    else:
+        clip_low, clip_high = _clip_range(config, terms)
+        clipped = -advantages * masks.ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+        pg = torch.maximum(surrogate, clipped)
+        if config.dual_clip is not None:
+            pg = torch.where(advantages < 0, torch.minimum(pg, -advantages * config.dual_clip), pg)
+    if terms is not None and terms.abs_log_ratio_coef is not None:
+        pg = pg + terms.abs_log_ratio_coef * (logp - old_logp).abs()
+    return pg
+
+
+def _token_regulariser(pg: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor | None,
+                       entropy: torch.Tensor | None, config: PolicyLossConfig, terms: TokenTerms | None
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The per-token β·KL − entropy-bonus term (shaped and typed as ``pg``), and the KL (None without KL)."""
+    regulariser = torch.zeros_like(pg)
+    kl = None
+    if _uses_kl(config, terms):
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
+        kl = kl_penalty(logp, ref_logp, config.kl_estimator)
+        regulariser = regulariser + _kl_coef(config, terms) * kl
+    if config.entropy_coef > 0:
+        if entropy is None:
+            raise ValueError("entropy_coef > 0 needs a differentiable entropy tensor")
+        regulariser = regulariser - config.entropy_coef * entropy
+    return regulariser, kl
+
+
 def ppo_clip_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -314,30 +349,10 @@ def ppo_clip_loss(
     if terms is not None and terms.advantages is not None:
         advantages = terms.advantages
     masks = clip_masks(logp, old_logp, advantages, config, terms)
-    surrogate = -advantages * masks.ratio
-    if terms is not None and terms.unclipped:
-        pg = surrogate
-    else:
-        clip_low, clip_high = _clip_range(config, terms)
-        clipped = -advantages * masks.ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-        pg = torch.maximum(surrogate, clipped)
-        if config.dual_clip is not None:
-            pg = torch.where(advantages < 0, torch.minimum(pg, -advantages * config.dual_clip), pg)
-    if terms is not None and terms.abs_log_ratio_coef is not None:
-        pg = pg + terms.abs_log_ratio_coef * (logp - old_logp).abs()
+    pg = _token_policy_gradient(logp, old_logp, advantages, masks, config, terms)
     if pg_mask is not None:
         pg = pg * pg_mask
-    regulariser = torch.zeros_like(pg)
-    kl = None
-    if _uses_kl(config, terms):
-        if ref_logp is None:
-            raise ValueError("kl_coef > 0 needs ref_logp (the reference policy's log-probabilities)")
-        kl = kl_penalty(logp, ref_logp, config.kl_estimator)
-        regulariser = regulariser + _kl_coef(config, terms) * kl
-    if config.entropy_coef > 0:
-        if entropy is None:
-            raise ValueError("entropy_coef > 0 needs a differentiable entropy tensor")
-        regulariser = regulariser - config.entropy_coef * entropy
+    regulariser, kl = _token_regulariser(pg, logp, ref_logp, entropy, config, terms)
     pg_term = aggregate(pg, mask, config.loss_agg, config.loss_agg_norm_length)
     reg_term = aggregate(regulariser, everywhere, config.loss_agg, config.loss_agg_norm_length)
     loss = pg_term + reg_term
