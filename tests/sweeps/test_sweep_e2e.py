@@ -220,8 +220,10 @@ def test_killed_rollout_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
     # Restarted by Tune after the engine died, then by --resume after the interrupt: each attempt starts right
     # after a checkpoint, the last one after the latest saved before the sweep stopped (the second or a later one).
     attempt_starts, rows = _attempt_starts(sweep, "e2e-t001")
-    assert attempt_starts[0] == 1 and len(attempt_starts) == 3, attempt_starts
-    assert attempt_starts[1] == CHECKPOINT_EVERY + 1, attempt_starts
+    assert attempt_starts[0] == 1 and len(attempt_starts) >= 3, attempt_starts
+    # Tune's restart: after the checkpoint saved last before the engine died (the first, or a later one when the
+    # 0.1 s steps outran the kill).
+    assert all(start > 1 and (start - 1) % CHECKPOINT_EVERY == 0 for start in attempt_starts[1:-1]), attempt_starts
     interrupted_at = sweep["interrupted_at"]
     assert interrupted_at >= 2 * CHECKPOINT_EVERY
     last_attempt = rows[max(i for i, row in enumerate(rows) if row["iterations_since_restore"] == 1):]
