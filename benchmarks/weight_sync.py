@@ -7,7 +7,7 @@ Per model, side by side (interleaved rounds, medians):
 - ``rpc_bytes``: the multi-process/CUDA route on the same engine (``send_weights_via_rpc``: tensors
   serialised to bytes in buckets, ``collective_rpc``, rebuilt and reloaded by the worker extension);
 - ``ray_group`` (full runs): the training loop's route into a rollout actor in another process —
-  ``RolloutGroup.update_weights`` puts the state dict in Ray's object store once as ``HostWeights``
+  ``workers.weights.sync.load_into_engines`` puts the state dict in Ray's object store once as ``HostWeights``
   (``workers/weights/object_store.py``), the actor maps it without a copy and reloads (the loop itself puts it
   from the learner actor; the driver never holds it);
 - ``clone``: ``{name: tensor.clone()}`` of the same state dict — one in-memory copy of the same bytes,
@@ -91,10 +91,11 @@ def _measure(scale: Scale) -> dict:
         }
         if scale.with_ray:
             from workers.rollout.actor import RolloutGroup
+            from workers.weights.sync import load_into_engines
 
             group = RolloutGroup(workload.model_dir, workload.config.rollout, num_cpus_per_actor=1)
             group.generate(workload.prompt_ids[:1], n=1)  # the actor's engine is up before timing starts
-            cases["ray_group"] = lambda: group.update_weights(state_dict)
+            cases["ray_group"] = lambda: load_into_engines(group.actors, state_dict)
         samples = interleaved(cases, rounds=scale.rounds, warmup=1)
     finally:
         if group is not None:

@@ -25,11 +25,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.rollout_step import Rollouts
+from orchestrator.rl_step import Rollouts
 from workers.problem import Problem
 from workers.rollout.engine import RolloutSample
 
-# collect(first group id) → (rollouts, metrics, next group id): one step's batch (orchestrator.rollout_step.collect)
+# collect(first group id) → (rollouts, metrics, next group id): one step's batch (orchestrator.rl_step.collect)
 Collect = Callable[[int], tuple[Rollouts, dict[str, float], int]]
 
 

@@ -3,11 +3,12 @@
     python -m orchestrator.train --config cpu-tiny-s [--set selection.recipe=ets-release …] [--resume]
     ray job submit --address http://127.0.0.1:8265 --working-dir . -- python -m orchestrator.train …
 
-One step, as data (``rl_step``):
+One step, as data (``orchestrator.rl_step``, all in that module):
     prompts → rollout.generate(n) → reward.score → advantages → learners.train_step (π_old / π_ref
-    and token selection inside, one call per rank) → rollout.update_weights → metrics (→ checkpoint)
+    and token selection inside, one call per rank) → weights.push → metrics (→ checkpoint here)
 With ``rollout.max_staleness`` k > 0 the first three are those of a batch collected k steps earlier, and the
 engines collect the batch of step t+k while the learners train (orchestrator/rollout_ahead.py).
+This module keeps the run's lifecycle: start, base evaluation or resume, the steps, the final evaluation, teardown.
 """
 
 # ruff: noqa: E402  (the heavy imports follow the early --help on purpose)
@@ -47,7 +48,8 @@ import torch
 
 from orchestrator import checkpointing
 from orchestrator.base_policy import policy_checksum, prepare_policy
-from orchestrator.cluster import actor_runtime_env, connect
+from orchestrator.actors import Workers, start_workers
+from orchestrator.cluster import connect
 from orchestrator.config import ExperimentConfig, UnfindableStore
 from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator import console_logs
@@ -56,16 +58,12 @@ from orchestrator.data import BUILTIN_SOURCES, PromptSampler, load_dataset
 from orchestrator.completion_table import log_completion_tables
 from orchestrator.evaluation import (BASE_REFERENCE_FILE, BaseReference, Evaluation, base_metrics, base_reference,
                                      evaluate)
-from orchestrator.resources import bundle_index, run_bundles
+from orchestrator.resources import run_bundles
+from orchestrator.rl_step import collect, pad_id, rl_step
 from orchestrator.rollout_ahead import RolloutAhead
-from orchestrator.rollout_step import advantages_of, collect, token_roles
 from orchestrator.tracking import RunTracker
 from workers.learner.batch import TrainBatch
-from workers.learner.group import LearnerGroup
 from workers.models.char_tokenizer import load_tokenizer
-from workers.reward.actor import RewardWorker
-from workers.rollout.actor import RolloutGroup
-from workers.weights.broadcast import choose_backend
 
 logger = logging.getLogger("orchestrator.train")
 
@@ -99,79 +97,6 @@ class TrainResult:
     # completion (greedy, or the first sample) and its reward.
     base_evaluation: Evaluation | None = None
     final_evaluation: Evaluation | None = None
-
-
-@dataclass
-class _Workers:
-    rollout: RolloutGroup
-    learners: LearnerGroup
-    reward: ray.actor.ActorHandle
-    weight_sync: str  # the rollout engines' resolved route: in_process, bytes or collective
-    bucket_bytes: int
-    reward_failures: int = 0  # verifier errors and timeouts so far (each scored 0, never fatal)
-
-    def score(self, completions: list[str], problems: list) -> list[float]:
-        results = ray.get(self.reward.score.remote(completions, problems))
-        self.reward_failures += sum(result.error is not None for result in results)
-        return [result.score for result in results]
-
-    def connect_weight_sync(self) -> None:
-        """For the collective route: learner rank 0 (rank 0) and every vLLM worker (ranks 1..) join one process
-        group — NCCL when each sits on a GPU of its own, gloo otherwise (see workers/weights/broadcast.py)."""
-        host, port = self.learners.weight_sync_address()
-        devices = [self.learners.weight_sync_device(), *self.rollout.weight_sync_devices()]
-        backend = choose_backend(devices)
-        ray.get(self.learners.join_weight_sync_group(host, port, len(devices), backend)
-                + self.rollout.join_weight_sync_group(host, port, len(devices), backend))
-        logger.info("weight sync: collective over %s, %d ranks at %s:%d", backend, len(devices), host, port)
-
-    def sync_weights(self) -> float:
-        started = time.perf_counter()
-        if self.weight_sync == "collective":
-            ray.get(self.learners.broadcast_weights(self.bucket_bytes) + self.rollout.receive_weights())
-        else:  # in_process / bytes: from the learner through the object store to each engine
-            self.rollout.update_weights(self.learners.weights_for_rollout())
-        return time.perf_counter() - started
-
-    def shutdown(self) -> None:
-        for stop in (self.rollout.shutdown, self.learners.shutdown, lambda: ray.kill(self.reward)):
-            try:
-                stop()
-            except Exception:  # best effort: the run is over either way
-                logger.debug("shutdown step failed", exc_info=True)
-
-
-def _start_workers(config: ExperimentConfig, policy_dir: Path, placement_group) -> _Workers:
-    res = config.resources
-    env = actor_runtime_env()
-    rollout = RolloutGroup(
-        policy_dir, config.rollout, num_cpus_per_actor=res.cpus_per_rollout_actor,
-        num_gpus_per_actor=res.gpus_per_rollout_actor, placement_group=placement_group,
-        bundle_indices=[bundle_index(config, "rollout", r) for r in range(config.rollout.num_actors)],
-        runtime_env=env, dtype="bfloat16" if config.learner.bf16 else None,  # vLLM computes as the learner does
-    )
-    learners = LearnerGroup(
-        policy_dir, config.learner, config.algorithm.loss, config.selection,
-        temperature=config.rollout.temperature, use_reference=config.algorithm.loss.kl_coef > 0,
-        num_cpus_per_actor=res.cpus_per_learner_actor, num_gpus_per_actor=res.gpus_per_learner_actor,
-        placement_group=placement_group, bundle_offset=bundle_index(config, "learner", 0),
-    )
-    reward_options: dict = {"num_cpus": res.cpus_per_reward_worker, "runtime_env": env}
-    if placement_group is not None:
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        reward_options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-            placement_group, bundle_index(config, "reward", 0))
-    reward = ray.remote(RewardWorker).options(**reward_options).remote(config.reward)
-    workers = _Workers(rollout=rollout, learners=learners, reward=reward, weight_sync=rollout.weight_sync_route(),
-                       bucket_bytes=config.rollout.weight_sync_bucket_bytes)
-    if workers.weight_sync == "collective":
-        try:
-            workers.connect_weight_sync()
-        except BaseException:
-            workers.shutdown()
-            raise
-    return workers
 
 
 def train(
@@ -242,7 +167,7 @@ class _Run:
     tokenizer: Any
     sampler: PromptSampler
     eval_sets: dict
-    workers: _Workers
+    workers: Workers
     base: BaseReference | None = None  # the base's answers, once recorded (step 0, or the resumed run's file)
     evaluations: dict[str, Evaluation] = field(default_factory=dict)  # "base" / "last"
 
@@ -280,7 +205,7 @@ def _start(config: ExperimentConfig, tracker: RunTracker, board: ProgressBoard |
     if logs_datasets:
         tracker.log_datasets((_dataset_name(config.data.train), train_problems), eval_sets)
     with phase("starting the rollout engines, learners and reward worker"):
-        workers = _start_workers(config, policy_dir, placement_group)
+        workers = start_workers(config, policy_dir, placement_group)
     return _Run(config=config, tracker=tracker, board=board, phase=phase, tokenizer=tokenizer, sampler=sampler,
                 eval_sets=eval_sets, workers=workers)
 
@@ -333,7 +258,7 @@ def _finish(run: _Run, history: list[dict[str, float]], batch: TrainBatch | None
                        final_evaluation=run.evaluations["last"])
 
 
-def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Workers, sampler: PromptSampler
+def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: Workers, sampler: PromptSampler
              ) -> tuple[int, dict, BaseReference | None]:
     """A resumed run's learner, sampler and engines at its checkpoint; returns its step, the rollout loop's state
     (next group id, batches held ahead: ``RolloutAhead.state_dict``) and the base's recorded answers (None if the
@@ -341,14 +266,14 @@ def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: _Wo
     folder, state = restored
     workers.learners.load_checkpoint(folder)
     sampler.load_state_dict(state["sampler"])
-    workers.sync_weights()
+    workers.weights.push()
     base_file = config.run_dir / BASE_REFERENCE_FILE
     base = BaseReference.load(base_file) if base_file.is_file() else None
     logger.info("Resumed from %s (step %d)", folder, state["step"])
     return state["step"], state, base
 
 
-def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict, tokenizer
+def _evaluate_base(config: ExperimentConfig, workers: Workers, eval_sets: dict, tokenizer
                    ) -> tuple[Evaluation, BaseReference | None]:
     """Step 0: the base policy's evaluation (its metrics with the ``base/`` copies), whose answers are also
     recorded for later comparisons with it."""
@@ -357,41 +282,10 @@ def _evaluate_base(config: ExperimentConfig, workers: _Workers, eval_sets: dict,
     base = None
     if config.evaluation.compare_to_base and eval_sets:
         base = base_reference(eval_sets, initial.answers, workers.rollout, workers.learners, tokenizer,
-                              config.data.prompt_template, config.evaluation, _pad_id(tokenizer))
+                              config.data.prompt_template, config.evaluation, pad_id(tokenizer))
         base.save(config.run_dir / BASE_REFERENCE_FILE)
     initial.metrics.update(base_metrics(initial.metrics))
     return initial, base
-
-
-def rl_step(step: int, config: ExperimentConfig, workers: _Workers, ahead: RolloutAhead, tokenizer,
-            last_batch: TrainBatch | None) -> tuple[dict[str, float], TrainBatch | None]:
-    """One GRPO-style step: collect → rewards → advantages → batch → learner update → weight sync → metrics.
-
-    The engines hold the weights of version step − 1. ``ahead`` gives the step's rollouts with their rewards
-    (collected now, or k steps ago with max_staleness k, while the learners train). Returns the step's metrics
-    and the batch trained on (the previous one when every group was dropped by dynamic sampling)."""
-    collected = ahead.take(version=step - 1)
-    rollouts, metrics = collected.rollouts, dict(collected.metrics)
-    staleness = step - 1 - collected.version  # learner versions since the weights that sampled the batch
-    if not 0 <= staleness <= config.rollout.max_staleness:
-        raise RuntimeError(f"step {step}: a batch sampled by version {collected.version} is {staleness} versions "
-                           f"old, past rollout.max_staleness={config.rollout.max_staleness}")
-    metrics["rollout/staleness"] = float(staleness)
-    batch = last_batch
-    if rollouts.num_groups:
-        advantages = advantages_of(rollouts, config)
-        roles, legend = token_roles(rollouts, tokenizer) or (None, None)
-        samples = rollouts.samples
-        batch = TrainBatch.from_lists(
-            [s.prompt_ids for s in samples], [s.response_ids for s in samples], advantages, rollouts.group_ids,
-            pad_id=_pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in samples],
-            token_roles=roles, role_legend=legend,
-            staleness=[staleness] * len(samples) if config.rollout.max_staleness else None)
-        metrics.update(workers.learners.train_step(batch, step))
-    metrics["time/rollout_wait"] = ahead.settle()  # the engines' weights change only between collections
-    if rollouts.num_groups:
-        metrics["time/sync"] = workers.sync_weights()
-    return metrics, batch
 
 
 class _Phases:
@@ -430,7 +324,7 @@ def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIME
     return group
 
 
-def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, step: int, ahead: RolloutAhead,
+def _save(config: ExperimentConfig, workers: Workers, sampler: PromptSampler, step: int, ahead: RolloutAhead,
           tracker: RunTracker) -> Path:
     folder = checkpointing.step_dir(config.run_dir, step)
     workers.learners.save_checkpoint(folder)
@@ -440,10 +334,6 @@ def _save(config: ExperimentConfig, workers: _Workers, sampler: PromptSampler, s
     tracker.flush()
     checkpointing.prune(config.run_dir, config.checkpoint.keep_last)
     return folder
-
-
-def _pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def _fmt(metrics: dict[str, float]) -> str:

@@ -1,6 +1,6 @@
 """RolloutAhead's schedule: which weights sample which step's batch, what a checkpoint holds, what fails where.
 
-The collect function here stands in for orchestrator.rollout_step.collect (engines and verifiers), which the
+The collect function here stands in for orchestrator.rl_step.collect (engines and verifiers), which the
 end-to-end tests run for real (tests/orchestrator/test_train_e2e.py): this checks the bookkeeping alone.
 """
 
@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.config_loader import ConfigError, load_experiment
 from orchestrator.rollout_ahead import RolloutAhead
-from orchestrator.rollout_step import Rollouts
+from orchestrator.rl_step import Rollouts
 from workers.problem import Problem
 from workers.rollout.engine import RolloutSample
 

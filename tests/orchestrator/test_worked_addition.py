@@ -90,7 +90,7 @@ def test_worked_style_is_addition_only() -> None:
 
 
 def _rollouts(tokenizer, problems, completions, eos=True):
-    from orchestrator.rollout_step import Rollouts
+    from orchestrator.rl_step import Rollouts
     from workers.rollout.engine import RolloutSample
 
     samples = [RolloutSample(prompt_index=i, prompt_ids=[tokenizer.bos_token_id],
@@ -101,7 +101,7 @@ def _rollouts(tokenizer, problems, completions, eos=True):
 
 def test_the_driver_labels_every_token_of_a_character_tokenizer() -> None:
     from orchestrator.data.worked_addition import ROLE_IDS
-    from orchestrator.rollout_step import WORKED_ROLES, token_roles
+    from orchestrator.rl_step import WORKED_ROLES, token_roles
     from workers.models.char_tokenizer import build_char_tokenizer
 
     tokenizer = build_char_tokenizer()
@@ -126,7 +126,7 @@ def test_a_tokenizer_of_several_characters_a_token_gives_no_roles() -> None:
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 
-    from orchestrator.rollout_step import token_roles
+    from orchestrator.rl_step import token_roles
 
     worked = arithmetic_problems(ArithmeticOptions(style="worked", digits=3), "train", 20, seed=0)
     bpe = ByteLevelBPETokenizer()

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import ray
 from ray.util.placement_group import PlacementGroup
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
@@ -29,6 +29,7 @@ from workers.rendezvous import free_address
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.schedule import shard
 from workers.learner.selection import SelectionConfig
+from workers.placement import in_bundle
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +54,14 @@ class LearnerGroup:
         """Spawn ``learner.num_actors`` ranks (the config is the one source of the group size: it also
         sets each rank's share of the mini-batch) and build their engines."""
         self.num_actors = learner.num_actors
-        strategies = [None] * self.num_actors
-        if placement_group is not None:
-            strategies = [PlacementGroupSchedulingStrategy(placement_group=placement_group,
-                                                           placement_group_bundle_index=bundle_offset + rank)
-                          for rank in range(self.num_actors)]
-        probe = ray.remote(free_address).options(num_cpus=0, scheduling_strategy=strategies[0])
+        placements = [in_bundle(placement_group, bundle_offset + rank) for rank in range(self.num_actors)]
+        probe = ray.remote(free_address).options(num_cpus=0, **placements[0])
         master_addr, master_port, master_node = ray.get(probe.remote())
         if placement_group is None:  # rank 0 must listen where the port was found free
-            strategies[0] = NodeAffinitySchedulingStrategy(node_id=master_node, soft=False)
+            placements[0] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=master_node, soft=False)}
         self.actors = [
-            LearnerActor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor,
-                                 scheduling_strategy=strategies[rank], runtime_env=runtime_env)
+            LearnerActor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor, runtime_env=runtime_env,
+                                 **placements[rank])
             .remote(str(model_dir), learner, loss, selection, temperature=temperature, use_reference=use_reference,
                     rendezvous=Rendezvous(rank, self.num_actors, master_addr, master_port, learner.threads_per_actor))
             for rank in range(self.num_actors)
@@ -95,32 +92,6 @@ class LearnerGroup:
             values = [m[key] for m in per_rank if key in m]
             metrics[key] = max(values) if key.startswith("time/") else sum(values) / len(values)
         return metrics
-
-    def weights_for_rollout(self) -> ray.ObjectRef:
-        """A reference to rank 0's full HF-named weights as :class:`~workers.weights.object_store.HostWeights`, for
-        ``RolloutGroup.update_weights``: the engines read them from the object store, never via the driver.
-        All ranks take part (ZeRO-3 gathers)."""
-        refs = [actor.weights_for_rollout.remote() for actor in self.actors]
-        ray.get(refs[1:])  # the other ranks only take part in the ZeRO-3 gather; wait for them, errors included
-        return refs[0]
-
-    # ------------------------------------------ collective weight sync (see workers/weights/broadcast.py)
-    # join_weight_sync_group and broadcast_weights return Ray ObjectRefs: they are collectives with the
-    # rollout workers, so the caller must ray.get them together with the rollout side's calls.
-    def weight_sync_address(self) -> tuple[str, int]:
-        """Rank 0's rendezvous address and a free port there: where the weight-sync group's store will listen."""
-        host, port, _ = ray.get(self.actors[0].__ray_call__.remote(lambda engine: free_address()))
-        return host, port
-
-    def weight_sync_device(self) -> str | None:
-        return ray.get(self.actors[0].weight_sync_device.remote())
-
-    def join_weight_sync_group(self, host: str, port: int, world_size: int, backend: str) -> list[ray.ObjectRef]:
-        return [self.actors[0].join_weight_sync_group.remote(host, port, world_size, backend)]
-
-    def broadcast_weights(self, bucket_bytes: int) -> list[ray.ObjectRef]:
-        """Every rank takes part (ZeRO-3 gathers); rank 0 sends."""
-        return [actor.broadcast_weights.remote(bucket_bytes) for actor in self.actors]
 
     def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
         self._on_all("save_checkpoint", str(path), client_state)

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
 import ray
-import torch
 from ray.util.placement_group import PlacementGroup
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from workers.weights.object_store import HostWeights
+from workers.placement import in_bundle
 from workers.rollout.config import RolloutConfig
 from workers.rollout.engine import RolloutEngine, RolloutSample
 
@@ -48,8 +45,7 @@ class RolloutGroup:
             if runtime_env is not None:
                 options["runtime_env"] = runtime_env
             if placement_group is not None:
-                options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
-                    placement_group=placement_group, placement_group_bundle_index=bundle_indices[rank])
+                options.update(in_bundle(placement_group, bundle_indices[rank]))
             self.actors.append(RolloutActor.options(**options).remote(str(model_dir), config, dtype))
 
     def generate(
@@ -68,39 +64,6 @@ class RolloutGroup:
             # Each actor numbers its chunk's prompts from 0; shift back to the caller's numbering.
             samples.extend(replace(s, prompt_index=s.prompt_index + start) for s in ray.get(ref))
         return samples
-
-    def update_weights(self, weights: Mapping[str, torch.Tensor] | ray.ObjectRef) -> list[float]:
-        """Send the same weights to every actor; returns each actor's reload seconds.
-
-        ``weights``: a state dict, or a reference to one already in the object store (a learner's
-        ``HostWeights``, see ``LearnerGroup.weights_for_rollout``). A state dict goes into the store once,
-        as HostWeights; every actor maps that one copy.
-        """
-        if not isinstance(weights, ray.ObjectRef):
-            weights = ray.put(HostWeights(weights.items()))
-        return ray.get([actor.update_weights.remote(weights) for actor in self.actors])
-
-    def weight_sync_route(self) -> str:
-        """How weights reach these engines ('in_process', 'bytes' or 'collective'): one config, one answer."""
-        return ray.get(self.actors[0].weight_sync_route.remote())
-
-    # ------------------------------------------ collective weight sync (see workers/weights/broadcast.py)
-    # join_weight_sync_group and receive_weights return Ray ObjectRefs: they are collectives with the
-    # learner rank 0, so the caller must ray.get them together with the learner side's calls.
-    def weight_sync_devices(self) -> list[str | None]:
-        """Every vLLM worker's GPU (None on CPU), engines in order: the group's ranks 1, 2, …"""
-        return [device for devices in ray.get([a.weight_sync_devices.remote() for a in self.actors])
-                for device in devices]
-
-    def join_weight_sync_group(self, host: str, port: int, world_size: int, backend: str) -> list[ray.ObjectRef]:
-        """Engine i's workers take ranks 1 + (ranks of engines before i) + their own rank."""
-        counts = [len(devices) for devices in ray.get([a.weight_sync_devices.remote() for a in self.actors])]
-        offsets = [1 + sum(counts[:i]) for i in range(len(counts))]
-        return [actor.join_weight_sync_group.remote(host, port, offset, world_size, backend)
-                for actor, offset in zip(self.actors, offsets)]
-
-    def receive_weights(self) -> list[ray.ObjectRef]:
-        return [actor.receive_weights.remote() for actor in self.actors]
 
     def shutdown(self) -> None:
         for actor in self.actors:

@@ -18,7 +18,8 @@ from workers.learner.engine import LearnerEngine, init_process_group
 from workers.learner.group import LearnerGroup
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig
-from workers.rendezvous import LOOPBACK
+from workers.rendezvous import LOOPBACK, free_address
+from workers.weights.sync import gather_weights
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +83,8 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
 
         addr, listening = ray.get(group.actors[0].__ray_call__.remote(rendezvous_listeners))
         assert addr == LOOPBACK and listening == {LOOPBACK}, (addr, listening)
-        assert group.weight_sync_address()[0] == LOOPBACK
+        sync_host, _, _ = ray.get(group.actors[0].__ray_call__.remote(lambda engine: free_address()))
+        assert sync_host == LOOPBACK
 
         prepared = group.compute_reference_stats(batch)
         assert prepared.batch_size == batch.batch_size and prepared.ref_logp is not None
@@ -98,14 +100,14 @@ def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path
         for name, tensor in replicas[0].items():
             assert torch.equal(tensor, replicas[1][name]), name
         # The route to the engines: rank 0's weights as an ObjectRef, never through the driver's memory.
-        state = {name: tensor.clone() for name, tensor in ray.get(group.weights_for_rollout())}
+        state = {name: tensor.clone() for name, tensor in ray.get(gather_weights(group.actors))}
         assert set(state) == set(replicas[0])
         assert all(torch.equal(state[name], replicas[0][name]) for name in state)
 
         group.save_checkpoint(tmp_path / "ckpt", {"step": 1})
         group.train_step(prepared, step=1)
         assert group.load_checkpoint(tmp_path / "ckpt") == {"step": 1}
-        restored = dict(ray.get(group.weights_for_rollout()))
+        restored = dict(ray.get(gather_weights(group.actors)))
         assert all(torch.equal(restored[name], state[name]) for name in state)
 
         # The same gradient as one process on the whole batch: DeepSpeed averages over ranks and the

@@ -14,6 +14,7 @@ from workers.weights.object_store import HostWeights
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.actor import RolloutGroup
 from workers.rollout.config import RolloutConfig
+from workers.weights.sync import load_into_engines
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = [[VOCAB[c] for c in text] for text in ("1+1=", "2+2=", "3+3=", "4+4=", "5+5=")]
@@ -54,7 +55,7 @@ def test_weight_update_reaches_every_actor(group, tiny_model_dir):
         for parameter in new_model.parameters():
             parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
 
-    seconds = group.update_weights(new_model.state_dict())
+    seconds = load_into_engines(group.actors, new_model.state_dict())
     assert len(seconds) == 2 and all(0 < s < 5 for s in seconds)
 
     # The same prompt four times: actor 0 answers the first two, actor 1 the last two.
