@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from orchestrator.data.config import DataConfig
-from orchestrator.rl_step import ADVANTAGE_ESTIMATORS
+from orchestrator.advantages import ADVANTAGE_ESTIMATORS
 from workers.learner.config import LearnerConfig
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig

@@ -5,10 +5,7 @@ With DAPO's dynamic sampling, groups whose rollouts all scored the same (zero ad
 every estimator) are dropped and more prompts are rolled out, up to ``max_resample_rounds`` extra
 rounds; if the batch is still short it trains on the informative groups it has and says so.
 
-Advantages: one scalar per sequence from outcome rewards, ``rewards`` [N], with ``group_ids`` [N] naming the prompt
-each sequence answers (a group = the n rollouts of one prompt); the learner broadcasts it over the sequence's
-tokens. The estimators are pure functions in a registry (``register_advantage_estimator``; the config's
-``algorithm.advantage_estimator`` names one).
+Advantages: one scalar per sequence from its group's outcome rewards (orchestrator/advantages.py, pure functions).
 
 A task whose generator knows what each answer character does (worked addition) gets each response token's
 role (:func:`token_roles`), so that the learner can say where each method's selection goes.
@@ -21,22 +18,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
+from orchestrator.advantages import compute_advantages, informative_groups, overlong_penalty
 from orchestrator.data import prompt_token_ids
 from orchestrator.data.worked_addition import DECISION_ROLES, ROLE_IDS, roles_of
+from orchestrator.rollout_ahead import RolloutAhead, Rollouts
 from workers.learner.batch import RoleLegend, TrainBatch
 from workers.problem import Problem
-from workers.rollout.engine import RolloutSample
 
-if TYPE_CHECKING:  # types only: the config validates estimator names against this module's registry
+if TYPE_CHECKING:
     from orchestrator.actors import Workers
     from orchestrator.config import ExperimentConfig
-    from orchestrator.rollout_ahead import RolloutAhead
 
 logger = logging.getLogger(__name__)
 
@@ -80,32 +75,6 @@ def train_batch(rollouts: Rollouts, staleness: int, tokenizer, config: Experimen
         pad_id=pad_id(tokenizer), sampling_logp=[s.response_logprobs for s in samples],
         token_roles=roles, role_legend=legend,
         staleness=[staleness] * len(samples) if config.rollout.max_staleness else None)
-
-
-@dataclass
-class Rollouts:
-    """Sequences of one step, grouped by prompt (a group's samples are adjacent)."""
-
-    samples: list[RolloutSample] = field(default_factory=list)
-    problems: list[Problem] = field(default_factory=list)  # one per sample
-    group_ids: list[int] = field(default_factory=list)  # one per sample
-    rewards: list[float] = field(default_factory=list)  # shaped (what the advantages use)
-    correct: list[float] = field(default_factory=list)  # verifier scores alone
-    generate_seconds: float = 0.0
-    reward_seconds: float = 0.0
-
-    def extend(self, other: Rollouts, keep: list[bool]) -> None:
-        for index, flag in enumerate(keep):
-            if flag:
-                self.samples.append(other.samples[index])
-                self.problems.append(other.problems[index])
-                self.group_ids.append(other.group_ids[index])
-                self.rewards.append(other.rewards[index])
-                self.correct.append(other.correct[index])
-
-    @property
-    def num_groups(self) -> int:
-        return len(set(self.group_ids))
 
 
 def roll_out(problems: list[Problem], first_group_id: int, rollout, score_fn, tokenizer,
@@ -217,96 +186,3 @@ def token_roles(rollouts: Rollouts, tokenizer) -> tuple[list[list[int]], RoleLeg
 
 def pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-
-# ---------------------------------------------------------------------------------------------- advantages
-ADVANTAGE_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]] = {}
-
-
-def register_advantage_estimator(name: str):
-    def decorator(fn: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]):
-        ADVANTAGE_ESTIMATORS[name] = fn
-        return fn
-
-    return decorator
-
-
-def _group_index(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    _, inverse = torch.unique(group_ids, return_inverse=True)
-    return inverse, int(inverse.max()) + 1 if inverse.numel() else 0
-
-
-def group_mean_std(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-sequence (group mean, unbiased group std, group size), each [N]."""
-    index, n_groups = _group_index(group_ids)
-    rewards = rewards.double()
-    size = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, index, torch.ones_like(rewards))
-    total = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, index, rewards)
-    mean = total / size
-    squared_dev = torch.zeros(n_groups, dtype=torch.float64).index_add_(0, index, (rewards - mean[index]).square())
-    std = (squared_dev / (size - 1).clamp_min(1)).sqrt()
-    return mean[index], std[index], size[index]
-
-
-@register_advantage_estimator("grpo")
-def grpo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """GRPO: (r − mean_group) / (std_group + ε); a group of one sequence gets 0."""
-    mean, std, size = group_mean_std(rewards, group_ids)
-    advantages = (rewards.double() - mean) / (std + eps)
-    return torch.where(size > 1, advantages, torch.zeros_like(advantages)).float()
-
-
-@register_advantage_estimator("grpo_no_std")
-def grpo_no_std_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Dr. GRPO: r − mean_group, without the std normalisation (which favours easy/hard groups)."""
-    mean, _, size = group_mean_std(rewards, group_ids)
-    advantages = rewards.double() - mean
-    return torch.where(size > 1, advantages, torch.zeros_like(advantages)).float()
-
-
-@register_advantage_estimator("rloo")
-def rloo_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """RLOO: r_i − mean of the other n − 1 rewards of the group = n/(n−1) · (r_i − mean)."""
-    mean, _, size = group_mean_std(rewards, group_ids)
-    advantages = (rewards.double() - mean) * size / (size - 1).clamp_min(1)
-    return torch.where(size > 1, advantages, torch.zeros_like(advantages)).float()
-
-
-def compute_advantages(name: str, rewards: torch.Tensor, group_ids: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    try:
-        estimator = ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; known: {sorted(ADVANTAGE_ESTIMATORS)}") from None
-    if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be equal 1-D shapes")
-    return estimator(rewards, group_ids, eps)
-
-
-def informative_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """DAPO dynamic sampling: True for sequences whose group's rewards are not all equal.
-
-    Groups where every rollout got the same reward have zero advantage under every estimator
-    above, so they contribute no policy gradient and only dilute the batch.
-    """
-    index, n_groups = _group_index(group_ids)
-    low = torch.full((n_groups,), float("inf"), dtype=torch.float64).scatter_reduce(
-        0, index, rewards.double(), reduce="amin"
-    )
-    high = torch.full((n_groups,), float("-inf"), dtype=torch.float64).scatter_reduce(
-        0, index, rewards.double(), reduce="amax"
-    )
-    return (high > low)[index]
-
-
-def overlong_penalty(response_lengths: torch.Tensor, max_length: int, buffer: int, factor: float = 1.0) -> torch.Tensor:
-    """DAPO's soft overlong punishment, added to the reward of each sequence [N].
-
-    0 while L ≤ L_max − L_buffer, then a linear ramp down to −1 at L = L_max, and −1 beyond.
-    """
-    if buffer <= 0 or buffer > max_length:
-        raise ValueError(f"overlong buffer must be in (0, max_length={max_length}], got {buffer}")
-    start = max_length - buffer
-    lengths = response_lengths.double()
-    ramp = (start - lengths) / buffer
-    penalty = torch.where(lengths <= start, torch.zeros_like(lengths), ramp).clamp_min(-1.0)
-    return (penalty * factor).float()

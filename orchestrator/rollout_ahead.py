@@ -12,7 +12,8 @@ for k = 1).
 
 k = 0 collects each batch when its step asks for it, on the driver's own thread: the synchronous loop.
 
-The batches held at a checkpoint are part of the run's state (:meth:`RolloutAhead.state_dict`): a resumed run
+A batch is :class:`Rollouts`: one step's sequences grouped by prompt, with their rewards (the driver's step,
+orchestrator/rl_step.py, collects and trains them). The batches held at a checkpoint are part of the run's state (:meth:`RolloutAhead.state_dict`): a resumed run
 trains on the very batches the uninterrupted one would have, sampled by the same older weights.
 """
 
@@ -22,12 +23,37 @@ import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.rl_step import Rollouts
 from workers.problem import Problem
 from workers.rollout.engine import RolloutSample
+
+@dataclass
+class Rollouts:
+    """Sequences of one step, grouped by prompt (a group's samples are adjacent)."""
+
+    samples: list[RolloutSample] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # one per sample
+    group_ids: list[int] = field(default_factory=list)  # one per sample
+    rewards: list[float] = field(default_factory=list)  # shaped (what the advantages use)
+    correct: list[float] = field(default_factory=list)  # verifier scores alone
+    generate_seconds: float = 0.0
+    reward_seconds: float = 0.0
+
+    def extend(self, other: Rollouts, keep: list[bool]) -> None:
+        for index, flag in enumerate(keep):
+            if flag:
+                self.samples.append(other.samples[index])
+                self.problems.append(other.problems[index])
+                self.group_ids.append(other.group_ids[index])
+                self.rewards.append(other.rewards[index])
+                self.correct.append(other.correct[index])
+
+    @property
+    def num_groups(self) -> int:
+        return len(set(self.group_ids))
+
 
 # collect(first group id) → (rollouts, metrics, next group id): one step's batch (orchestrator.rl_step.collect)
 Collect = Callable[[int], tuple[Rollouts, dict[str, float], int]]

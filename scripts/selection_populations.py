@@ -22,7 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from orchestrator.base_policy import prepare_policy
 from orchestrator.config_loader import load_experiment
 from orchestrator.data import load_dataset, prompt_token_ids
-from orchestrator.rl_step import compute_advantages
+from orchestrator.advantages import compute_advantages
 from workers.learner.batch import TrainBatch
 from workers.learner.diagnostics import selection_diagnostics
 from workers.learner.schedule import stack_rows

@@ -22,8 +22,9 @@ from pydantic import BaseModel
 
 from sweeps.results import BASE_METRIC, EVAL_METRIC, SweepRuns, TrialPoint
 from sweeps.statistics import paired_difference, t_interval
-from workers.learner.recipes import RECIPES, comparison_partner
-from workers.learner.recipes import method_rank as registry_rank
+from workers.learner.methods import comparison_partner
+from workers.learner.methods import method_rank as registry_rank
+from workers.learner.recipes import RECIPES
 
 BASE = "base"  # the method name of the base-policy row
 MODE_ORDER = (None, "top", "bottom")
@@ -191,7 +192,7 @@ def _comparison_key(cell: Cell, method: str) -> tuple:
 
 
 def method_rank(method: str) -> tuple[int, str]:
-    """Row order: the base policy's row first, then the registry's order (workers.learner.recipes.method_rank)."""
+    """Row order: the base policy's row first, then the registry's order (workers.learner.methods.method_rank)."""
     return (-1 if method == BASE else registry_rank(method), method)
 
 

@@ -14,7 +14,8 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from workers.learner.recipes import RECIPES, full_token_method, selection_method_of
+from workers.learner.methods import full_token_method
+from workers.learner.recipes import RECIPES, selection_method_of
 
 SEPARATOR = " · "
 ALL_TOKENS = "All tokens"

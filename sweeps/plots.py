@@ -32,7 +32,7 @@ from matplotlib.colors import to_rgb
 
 from sweeps.ablation import BASE, AblationResults, Cell, method_rank
 from sweeps.labels import method_color, method_display
-from workers.learner.recipes import keeps_every_token
+from workers.learner.methods import keeps_every_token
 MODES = ("top", "bottom")
 SMOOTHING = 10  # steps in the learning curves' moving average
 DODGE = 0.012  # x offset of the bottom-ρ points in top_vs_bottom

@@ -54,7 +54,7 @@ from sweeps.table_views import (LEGEND, WideTable, summary, to_csv, to_html, to_
                                wide_tables)
 from sweeps.parent_summary import compare_url, log_summary, run_url
 from sweeps.tracking import DESCRIPTION_TAG, default_tracking_uri
-from workers.learner.recipes import is_gmts_like
+from workers.learner.methods import is_gmts_like
 
 logger = logging.getLogger(__name__)
 

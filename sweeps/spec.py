@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from orchestrator.config import NAME_PATTERN, ExperimentConfig
 from orchestrator.config_loader import ConfigError, apply_overrides, read_config_dict, validate
+from workers.learner.methods import zoo_points
 from workers.learner.recipes import RECIPES, recipe_fields
 from workers.learner.selection import DENOMINATORS, SELECTION_METHODS, SelectionScope
 
@@ -158,6 +159,11 @@ class SweepSpec(_Strict):
     grid: GridAxes = Field(default_factory=GridAxes)
     trials: list[dict[str, Any]] = Field(default_factory=list, description="Extra explicit grid points.",
                                          json_schema_extra={"items": {"type": "object", "propertyNames": {"enum": list(AXES)}}})
+    zoo: dict[str, Any] | None = Field(
+        None, description="The method zoo: one point per registered method and per recipe with a zoo point, each at "
+        "its paper's default setting (the registry's zoo_point), with these axis values too (e.g. {seed: 0}); "
+        "added to the grid's and the trials' points. A method registered later joins it with no spec edit.",
+        json_schema_extra={"propertyNames": {"enum": list(AXES)}})
     exclude: list[dict[str, Any]] = Field(default_factory=list, description="Grid points matching all keys are dropped.",
                                           json_schema_extra={"items": {"type": "object", "propertyNames": {"enum": list(AXES)}}})
     # Upper bounds: api/limits.py's, stated here for the schema (the service enforces them).
@@ -174,11 +180,14 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _points_use_known_axes(self) -> SweepSpec:
-        for field in ("trials", "exclude"):
-            for index, point in enumerate(getattr(self, field)):
-                unknown = set(point) - set(AXES)
-                if unknown:
-                    raise ValueError(f"{field}[{index}]: unknown axis {sorted(unknown)}; axes are {list(AXES)}")
+        named = [(f"{field}[{index}]", point) for field in ("trials", "exclude")
+                 for index, point in enumerate(getattr(self, field))]
+        for where, point in named + ([("zoo", self.zoo)] if self.zoo is not None else []):
+            unknown = set(point) - set(AXES)
+            if unknown:
+                raise ValueError(f"{where}: unknown axis {sorted(unknown)}; axes are {list(AXES)}")
+        if self.zoo is not None and "method" in self.zoo:
+            raise ValueError("zoo: 'method' comes from the registry (one point per method); set the other axes")
         return self
 
     def spec_hash(self) -> str:
@@ -202,6 +211,8 @@ def grid_points(spec: SweepSpec) -> list[dict[str, Any]]:
         points = [point if point.get("method") not in by_method else {**point, "lr": lr}
                   for point in points for lr in (by_method.get(point.get("method")) or [point.get("lr")])]
     points += [dict(point) for point in spec.trials]
+    if spec.zoo is not None:
+        points += [{**point, **spec.zoo} for point in zoo_points()]
     unique: list[dict[str, Any]] = []
     for point in points:
         registered = SELECTION_METHODS.get(point.get("method"))

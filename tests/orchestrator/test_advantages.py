@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from orchestrator.rl_step import compute_advantages, informative_groups, overlong_penalty
+from orchestrator.advantages import compute_advantages, informative_groups, overlong_penalty
 
 
 def test_grpo_rloo_and_no_std_by_hand():

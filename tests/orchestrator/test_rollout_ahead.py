@@ -12,8 +12,7 @@ import threading
 import pytest
 
 from orchestrator.config_loader import ConfigError, load_experiment
-from orchestrator.rollout_ahead import RolloutAhead
-from orchestrator.rl_step import Rollouts
+from orchestrator.rollout_ahead import RolloutAhead, Rollouts
 from workers.problem import Problem
 from workers.rollout.engine import RolloutSample
 

@@ -90,7 +90,7 @@ def test_worked_style_is_addition_only() -> None:
 
 
 def _rollouts(tokenizer, problems, completions, eos=True):
-    from orchestrator.rl_step import Rollouts
+    from orchestrator.rollout_ahead import Rollouts
     from workers.rollout.engine import RolloutSample
 
     samples = [RolloutSample(prompt_index=i, prompt_ids=[tokenizer.bos_token_id],

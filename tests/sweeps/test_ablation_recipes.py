@@ -76,7 +76,8 @@ def test_a_newly_registered_method_gets_its_partner_colour_and_row_from_its_fact
 
 
 def test_plain_methods_and_recipes_keep_their_published_partners():
-    from workers.learner.recipes import RECIPES, comparison_partner
+    from workers.learner.methods import comparison_partner
+    from workers.learner.recipes import RECIPES
 
     assert comparison_partner("gmts-release") == comparison_partner("gmts-paper") == "ets-release"
     assert comparison_partner("gmts") == comparison_partner("gmts_exact") == "ets"

@@ -9,6 +9,8 @@ from pydantic import BaseModel
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError
 from sweeps.spec import expand, load_spec
+from workers.learner.methods import zoo_points
+from workers.learner.recipes import RECIPES
 from workers.learner.selection import SELECTION_METHODS, SelectionConfig
 
 METHODS_DOC = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
@@ -49,7 +51,10 @@ def _arms(spec: str) -> dict[str, object]:
 def test_cpu_zoo_runs_every_registered_method_once():
     trials = expand(load_spec("cpu-zoo"))
     assert _methods(trials) == set(SELECTION_METHODS)  # a method registered later must join the zoo
-    assert len(trials) == 13 and all(t.point.get("seed") == 0 for t in trials)
+    # One trial per registered method and per recipe with a zoo point, built from the registries
+    assert [t.point["method"] for t in trials] == [p["method"] for p in zoo_points()]
+    assert len(trials) == len(SELECTION_METHODS) + sum(r.zoo_point is not None for r in RECIPES.values())
+    assert all(t.point.get("seed") == 0 for t in trials)
 
 
 def test_every_zoo_trial_config_survives_the_round_trip_tune_gives_it():

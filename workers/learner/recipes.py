@@ -24,6 +24,8 @@ class Recipe:
     summary: str
     compared_with: str = ""  # the recipe a report pairs it with for its Δ ("" = its method's partner, if any)
     color: str = ""  # "#rrggbb" in plots and MLflow charts; "" = a palette colour picked by name
+    # Its point in the method zoo (sweeps' ``zoo``: ratio, mode, …); None = not in the zoo (its method is).
+    zoo_point: dict[str, Any] | None = None
 
 
 RECIPES: dict[str, Recipe] = {
@@ -54,7 +56,7 @@ RECIPES: dict[str, Recipe] = {
         source="the GMTS release's verl fork (its ETS baseline)",
         summary="top ⌈ρ·n⌉ by entropy over the optimiser step's mini-batch on each rank; unselected tokens' "
                 "advantage zeroed; denominators and KL unchanged",
-        color="#17becf",
+        color="#17becf", zoo_point={"ratio": 0.2, "mode": "top"},
     ),
     "gmts-release": Recipe(
         fields={"method": "gmts", "scope": "group", "rule": "count", "apply_to": "advantage",
@@ -62,7 +64,7 @@ RECIPES: dict[str, Recipe] = {
         source="the GMTS release's verl fork (its GMTS selection, every group rather than only the first)",
         summary="top ⌈ρ·n⌉ by H·|ω| (ω without the aggregation weight) within each prompt group, zero scores "
                 "ineligible; unselected tokens' advantage zeroed; denominators and KL unchanged",
-        compared_with="ets-release", color="#e377c2",
+        compared_with="ets-release", color="#e377c2", zoo_point={"ratio": 0.2, "mode": "top"},
     ),
     "gmts-paper": Recipe(
         fields={"method": "gmts", "scope": "global", "rule": "count", "apply_to": "loss",
@@ -85,47 +87,3 @@ def recipe_fields(name: str) -> dict[str, Any]:
 def selection_method_of(name: str) -> str:
     """The selection method behind a sweep's method value: a recipe's own method, else the name itself."""
     return RECIPES[name].fields["method"] if name in RECIPES else name
-
-
-def comparison_partner(name: str) -> str | None:
-    """The method or recipe a report pairs ``name`` with for its Δ (a recipe's own partner, else its method's), from
-    the recipes and the method registry; None when it has none."""
-    from workers.learner.selection import SELECTION_METHODS  # recipes are SelectionConfig data: import late
-
-    if name in RECIPES and RECIPES[name].compared_with:
-        return RECIPES[name].compared_with
-    method = SELECTION_METHODS.get(selection_method_of(name))
-    return (method.compared_with or None) if method is not None else None
-
-
-def keeps_every_token(name: str) -> bool:
-    """Whether a method or recipe name neither scores nor selects (the full-token baseline), from the registry."""
-    from workers.learner.selection import SELECTION_METHODS
-
-    method = SELECTION_METHODS.get(selection_method_of(name))
-    return method is not None and method.keeps_every_token
-
-
-def full_token_method() -> str:
-    """The registered name of the full-token baseline (what a run that names no method ran: the config's default)."""
-    from workers.learner.selection import SelectionConfig
-
-    return SelectionConfig.model_fields["method"].default
-
-
-def method_rank(name: str) -> int:
-    """Where a method or recipe sits in tables and legends: the full-token baselines, then the recipes in their
-    order here, then the registered methods in the order they were registered; unknown names last."""
-    from workers.learner.selection import SELECTION_METHODS
-
-    baselines = [n for n, m in SELECTION_METHODS.items() if m.keeps_every_token]
-    order = [*baselines, *RECIPES, *(n for n in SELECTION_METHODS if n not in baselines)]
-    return order.index(name) if name in order else len(order)
-
-
-def is_gmts_like(name: str) -> bool:
-    """Whether a method or recipe name scores by |ω| (a GMTS variant), from the method registry."""
-    from workers.learner.selection import SELECTION_METHODS  # recipes are SelectionConfig data: import late
-
-    method = SELECTION_METHODS.get(selection_method_of(name))
-    return method is not None and method.gmts_like

@@ -73,6 +73,7 @@ from workers.learner.losses import PolicyLossConfig, TokenTerms, clip_masks, eff
 from workers.learner.token_methods import (ArcherConfig, CovarianceConfig, EntropyAdvantageConfig, archer_terms,
                                            clip_cov_detached, entropy_shaped_advantages, high_entropy_per_response,
                                            kl_cov_penalised, token_covariance)
+from workers.learner.recipes import RECIPES, recipe_fields
 from workers.registry import Registered
 
 
@@ -136,6 +137,9 @@ class SelectionMethod:
     # What tables, trial names and plots call it ("" = its name in capitals; "All tokens" for a method that
     # neither scores nor selects: sweeps/labels.py).
     display_name: str = ""
+    # Its paper's default setting: its point in the method zoo (sweeps' ``zoo``), in sweep axes (scope, ratio, mode,
+    # kl_coef, …); {} = the base experiment's settings. One registration puts a new method in the zoo.
+    zoo_point: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @property
     def keeps_every_token(self) -> bool:
@@ -229,8 +233,6 @@ class SelectionConfig(BaseModel):
     def _fill_fields_from_the_recipe(cls, data: Any) -> Any:
         if not isinstance(data, dict) or data.get("recipe") is None:
             return data
-        from workers.learner.recipes import RECIPES  # recipes are SelectionConfig data: import late
-
         if data["recipe"] not in RECIPES:
             return data  # the recipe field's own validator names it
         return {**RECIPES[data["recipe"]].fields, **data}  # a field given beside it is checked below
@@ -238,8 +240,6 @@ class SelectionConfig(BaseModel):
     @field_validator("recipe")
     @classmethod
     def _known_recipe(cls, recipe: str | None) -> str | None:
-        from workers.learner.recipes import RECIPES
-
         if recipe is not None and recipe not in RECIPES:
             raise ValueError(f"unknown recipe {recipe!r}; known: {sorted(RECIPES)}")
         return recipe
@@ -259,8 +259,6 @@ class SelectionConfig(BaseModel):
     def _recipe_fixes_it(cls, value: Any, info: ValidationInfo) -> Any:
         recipe = info.data.get("recipe")
         if recipe is not None:
-            from workers.learner.recipes import recipe_fields
-
             fixed = recipe_fields(recipe)[info.field_name]
             if value != fixed:
                 raise ValueError(f"recipe {recipe!r} fixes {info.field_name}={fixed!r}, got {value!r} "
@@ -408,14 +406,15 @@ register_selection_method(  # the full-token baseline: every response token kept
 
 
 @register_selection_method("ets", family="top-ρ selection", weight="H_t", changes="policy-gradient mask",
-                           reference="Beyond the 80/20 Rule, arXiv 2506.01939", color="#1f77b4")
+                           reference="Beyond the 80/20 Rule, arXiv 2506.01939", color="#1f77b4",
+                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
 def entropy_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t, the token entropy (the "80/20" paper)."""
     return x.entropy.detach()
 
 
 @register_selection_method("random", family="top-ρ selection", weight="U(0, 1)", changes="policy-gradient mask",
-                           reference="control: any ρ-subset", color="#2ca02c")
+                           reference="control: any ρ-subset", color="#2ca02c", zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
 def random_scores(x: ScoreInputs) -> torch.Tensor:
     """Uniform scores from a seeded generator: the "any ρ-subset" control."""
     generator = x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed)
@@ -430,7 +429,7 @@ def _abs_omega(x: ScoreInputs) -> torch.Tensor:
 
 @register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True, compared_with="ets",
                            family="top-ρ selection", weight="H_t·|ω_t|", changes="policy-gradient mask",
-                           reference="the GMTS paper", color="#d62728")
+                           reference="the GMTS paper", color="#d62728", zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
 def gmts_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |ω_t| (the GMTS paper)."""
     return x.entropy.detach() * _abs_omega(x)
@@ -439,7 +438,8 @@ def gmts_scores(x: ScoreInputs) -> torch.Tensor:
 @register_selection_method("gmts_exact", needs_logp=True, needs_grad_norm=True, drops_zero_scores=True,
                            gmts_like=True, compared_with="ets", family="top-ρ selection",
                            weight="G_t·|ω_t|, G_t = ‖e_o − p‖", changes="policy-gradient mask",
-                           reference="the GMTS paper (exact norm, this lab)", color="#ff7f0e")
+                           reference="the GMTS paper (exact norm, this lab)", color="#ff7f0e",
+                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
 def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
     """G_t · |ω_t|: the ℓ2 norm of the token's loss gradient w.r.t. its logits."""
     return x.grad_norm.detach() * _abs_omega(x)
@@ -447,7 +447,7 @@ def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
 
 @register_selection_method("h_abs_adv", drops_zero_scores=True, gmts_like=True, compared_with="ets",
                            family="top-ρ selection", weight="H_t·|A_t|", changes="policy-gradient mask",
-                           reference="GMTS on-policy (r = 1, no KL), this lab")
+                           reference="GMTS on-policy (r = 1, no KL), this lab", zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
 def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |A_t|: GMTS's score when r = 1 and there is no KL (one answer's tokens rank by entropy alone)."""
     return x.entropy.detach() * x.advantages.abs()
@@ -455,10 +455,21 @@ def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
 
 @register_selection_method("abs_omega", needs_logp=True, drops_zero_scores=True, gmts_like=True,
                            compared_with="ets", family="top-ρ selection", weight="|ω_t|",
-                           changes="policy-gradient mask", reference="GMTS without entropy, this lab")
+                           changes="policy-gradient mask", reference="GMTS without entropy, this lab",
+                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
 def abs_omega_scores(x: ScoreInputs) -> torch.Tensor:
     """|ω_t| alone: GMTS without its entropy factor."""
     return _abs_omega(x)
+
+
+@register_selection_method("g_norm", needs_grad_norm=True, compared_with="ets", family="top-ρ selection",
+                           weight="G_t = ‖e_o − p‖", changes="policy-gradient mask",
+                           reference="GMTS-exact without ω, this lab", display_name="G-norm",
+                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+def gradient_norm_scores(x: ScoreInputs) -> torch.Tensor:
+    """G_t alone, the exact norm of the token's log-prob gradient w.r.t. its logits: what entropy stands in for in
+    the GMTS paper's H·|ω|, ranked as ETS ranks entropy (no advantage, ratio or KL)."""
+    return x.grad_norm.detach()
 
 
 # ------------------------------------------------------------------- methods that treat tokens (token_methods.py)
@@ -525,13 +536,15 @@ register_selection_method(
     ratio_means="share of the population's tokens detached (at most)",
     weight="Cov_t = (A_t − Ā)(log π_t − mean log π)",
     changes="detaches a random ρ of the unclipped tokens with lower < Cov_t < upper",
-    reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl clip_cov)")(None)
+    reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl clip_cov)",
+    zoo_point={"scope": "micro_batch", "ratio": 0.0002, "kl_coef": 0.0})(None)
 register_selection_method(
     "kl_cov", select=_kl_cov, display_name="KL-Cov", needs_logp=True, scopes=COVARIANCE_SCOPES,
     family="covariance",
     ratio_means="share of the population's tokens penalised",
     weight="Cov_t", changes="adds c·|log π − log π_old| to the top ρ by Cov_t; no ratio clip",
-    reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl kl_cov)")(None)
+    reference="Entropy Mechanism of RL for Reasoning LMs, arXiv 2505.22617 (verl kl_cov)",
+    zoo_point={"scope": "micro_batch", "ratio": 0.002, "kl_coef": 0.0})(None)
 register_selection_method(
     "entropy_adv", select=_entropy_adv, display_name="Entropy-adv", uses_ratio=False, ratio_means="",
     family="advantage shaping",
@@ -543,7 +556,8 @@ register_selection_method(
     ratio_means="share of tokens given the high-entropy constraints",
     family="dual-token constraints", weight="H_t (top ρ = high-entropy)",
     changes="per-token clip range and KL weight; no mask",
-    reference="Stabilizing Knowledge, Promoting Reasoning, arXiv 2507.15778")(None)
+    reference="Stabilizing Knowledge, Promoting Reasoning, arXiv 2507.15778",
+    zoo_point={"scope": "response", "ratio": 0.2, "kl_coef": 0.001})(None)
 
 
 def keep_count(n: torch.Tensor, ratio: float) -> torch.Tensor:

@@ -86,6 +86,27 @@ def test_gmts_exact_uses_grad_norm_and_requires_it():
         select_tokens(**b, config=cfg)
 
 
+def test_g_norm_keeps_the_tokens_whose_logit_gradient_is_largest():
+    """G_t = ‖e_o − p‖ computed here from logits by hand: per group, the top ⌈ρ·n⌉ tokens by it, nothing else."""
+    b = _batch(seed=6)
+    logits = torch.randn(*b["entropy"].shape, 7, generator=torch.Generator().manual_seed(6))
+    tokens = torch.randint(0, 7, b["entropy"].shape, generator=torch.Generator().manual_seed(7))
+    probs = logits.softmax(-1)
+    grad_norm = (torch.nn.functional.one_hot(tokens, 7).float() - probs).norm(dim=-1)
+    sel = select_tokens(**b, grad_norm=grad_norm, config=SelectionConfig(method="g_norm", ratio=0.3, scope="group"))
+    mask = b["response_mask"].bool()
+    for g in b["group_ids"].unique():
+        rows = b["group_ids"] == g
+        values = grad_norm[rows][mask[rows]]
+        kept = sel.mask[rows][mask[rows]]
+        k = math.ceil(round(0.3 * values.numel(), 9))
+        assert int(kept.sum()) == k
+        assert values[kept].min() >= values[~kept].max()  # random floats: no ties
+    assert not sel.mask[~mask].any()
+    with pytest.raises(ValueError, match="grad_norm"):
+        select_tokens(**b, config=SelectionConfig(method="g_norm", ratio=0.3))
+
+
 def test_none_keeps_every_response_token():
     b = _batch(seed=5)
     sel = select_tokens(**b, config=SelectionConfig(method="none"))
@@ -243,7 +264,7 @@ def test_global_scope_matches_single_process_ranking_over_all_ranks(ratio):
 
 
 def test_a_registered_method_is_one_decorated_function_the_config_and_select_tokens_accept():
-    from workers.learner.recipes import is_gmts_like
+    from workers.learner.methods import is_gmts_like
     from workers.learner.selection import SELECTION_METHODS, register_selection_method
 
     with pytest.raises(ValueError, match="unknown selection method 'last_tokens'"):
