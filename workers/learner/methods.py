@@ -6,15 +6,25 @@ Reports, plots, labels and the zoo's specs read these facts; none of them tests 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workers.learner.recipes import RECIPES, selection_method_of
-from workers.learner.selection import SELECTION_METHODS, SelectionConfig, SelectionMethod
+
+if TYPE_CHECKING:
+    from workers.learner.selection import SelectionMethod
+
+
+def _registry() -> dict[str, SelectionMethod]:
+    # The registry lives beside its methods' torch code: imported on first use, so that what only names methods
+    # (a report reading MLflow) starts without torch. One way only: selection imports nothing from here.
+    from workers.learner.selection import SELECTION_METHODS
+
+    return SELECTION_METHODS
 
 
 def registered_method(name: str) -> SelectionMethod | None:
     """The registered method behind a method or recipe name; None for an unknown name."""
-    return SELECTION_METHODS.get(selection_method_of(name))
+    return _registry().get(selection_method_of(name))
 
 
 def comparison_partner(name: str) -> str | None:
@@ -40,20 +50,23 @@ def is_gmts_like(name: str) -> bool:
 
 def full_token_method() -> str:
     """The registered name of the full-token baseline (what a run that names no method ran: the config's default)."""
+    from workers.learner.selection import SelectionConfig
+
     return SelectionConfig.model_fields["method"].default
 
 
 def method_rank(name: str) -> int:
     """Where a method or recipe sits in tables and legends: the full-token baselines, then the recipes in their
     order, then the registered methods in the order they were registered; unknown names last."""
-    baselines = [n for n, m in SELECTION_METHODS.items() if m.keeps_every_token]
-    order = [*baselines, *RECIPES, *(n for n in SELECTION_METHODS if n not in baselines)]
+    methods = _registry()
+    baselines = [n for n, m in methods.items() if m.keeps_every_token]
+    order = [*baselines, *RECIPES, *(n for n in methods if n not in baselines)]
     return order.index(name) if name in order else len(order)
 
 
 def zoo_points() -> list[dict[str, Any]]:
     """The method zoo: every registered method, then every recipe with a zoo point, each at its paper's default
     setting (its ``zoo_point``: the sweep axes it sets, e.g. scope, ratio, mode, kl_coef)."""
-    return ([{"method": name, **method.zoo_point} for name, method in SELECTION_METHODS.items()]
+    return ([{"method": name, **method.zoo_point} for name, method in _registry().items()]
             + [{"method": name, **recipe.zoo_point} for name, recipe in RECIPES.items()
                if recipe.zoo_point is not None])
