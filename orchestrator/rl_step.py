@@ -1,5 +1,5 @@
-"""The driver's RL step, in one place: prompts → rollouts → rewards → advantages → a TrainBatch → the learners'
-update → the weight sync → the step's metrics (:func:`rl_step`).
+"""The driver's RL step, in one place: prompts → rollouts → rewards → advantages → a TrainBatch → the
+learners' update → the weight sync → the step's metrics (:func:`rl_step`).
 
 With DAPO's dynamic sampling, groups whose rollouts all scored the same (zero advantage under
 every estimator) are dropped and more prompts are rolled out, up to ``max_resample_rounds`` extra
@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING
 import torch
 
 from orchestrator.advantages import compute_advantages, informative_groups, overlong_penalty
+from orchestrator.config import ExperimentConfig
 from orchestrator.data import prompt_token_ids
 from orchestrator.data.worked_addition import DECISION_ROLES, ROLE_IDS, roles_of
 from orchestrator.rollout_ahead import RolloutAhead, Rollouts
 from workers.learner.batch import RoleLegend, TrainBatch
 from workers.problem import Problem
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a type only: the actors' module loads Ray, DeepSpeed and vLLM, which the pure parts do not need
     from orchestrator.actors import Workers
-    from orchestrator.config import ExperimentConfig
 
 logger = logging.getLogger(__name__)
 

@@ -47,8 +47,8 @@ import ray
 import torch
 
 from orchestrator import checkpointing
-from orchestrator.base_policy import policy_checksum, prepare_policy
 from orchestrator.actors import Workers, start_workers
+from orchestrator.base_policy import policy_checksum, prepare_policy
 from orchestrator.cluster import connect
 from orchestrator.config import ExperimentConfig, UnfindableStore
 from orchestrator.config_loader import ConfigError, load_experiment
