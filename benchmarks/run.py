@@ -31,6 +31,7 @@ BENCHMARKS = (
     "base_sensitivity",
     "rollout_throughput",
     "weight_sync",
+    "cross_node_sync",
     "selection_step",
     "selection_scope",
     "sweep_efficiency",
