@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -35,6 +34,7 @@ from ray.cluster_utils import Cluster
 
 from orchestrator.cluster import LOCAL_ONLY_ENV
 from sweeps.tracking import PARENT_TAG, SWEEP_ID_TAG
+from tests.sweeps.cli_process import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -95,18 +95,6 @@ def _start_sweep(cluster: Cluster, tmp: Path, name: str, methods: list[str]) -> 
     return proc, out
 
 
-def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc.poll() is not None:
-            raise AssertionError(f"the sweep exited (rc {proc.returncode}) before {what}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _actors(class_name: str, alive_only: bool = False) -> list[dict]:
     """Ray's actor table (GCS): each actor of that class with its node and state."""
     found = [a for a in ray_state.actors().values() if a["ActorClassName"].endswith(class_name)]
@@ -134,12 +122,12 @@ def sweeps(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     # Its first trial again (ETS), alone: what the undisturbed sweep's ETS trial did is the reference.
     faulted, faulted_out = _start_sweep(cluster, tmp, "faulted", SPEC["grid"]["method"][:1])
-    sweep_dir = _wait_for(lambda: next(iter(faulted_out.glob("multinode-*/sweep.json")), None), faulted, 120,
+    sweep_dir = wait_for(lambda: next(iter(faulted_out.glob("multinode-*/sweep.json")), None), faulted, 120,
                           "sweep.json").parent
     checkpoint = sweep_dir / "multinode-t000" / "checkpoints" / f"step_{CHECKPOINT_EVERY:06d}" / "run_state.json"
-    _wait_for(checkpoint.is_file, faulted, 600, "trial 0's first checkpoint")
+    wait_for(checkpoint.is_file, faulted, 600, "trial 0's first checkpoint")
     before = {a["ActorID"] for a in _actors("LearnerEngine")} - {actor for _, actor in placed["LearnerEngine"]}
-    learners = _wait_for(lambda: [a for a in _actors("LearnerEngine", alive_only=True) if a["ActorID"] in before],
+    learners = wait_for(lambda: [a for a in _actors("LearnerEngine", alive_only=True) if a["ActorID"] in before],
                          faulted, 60, "trial 0's learner ranks")
     victim_id = learners[-1]["Address"]["NodeID"]
     victim = next(node for node in cluster.worker_nodes if node.node_id == victim_id)

@@ -33,6 +33,7 @@ import yaml
 from mlflow import MlflowClient
 
 from sweeps.tracking import PARENT_TAG, SWEEP_ID_TAG
+from tests.sweeps.cli_process import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -59,18 +60,6 @@ PRESET = {
 
 def _checkpoint(sweep_dir: Path, trial: str, step: int) -> Path:
     return sweep_dir / trial / "checkpoints" / f"step_{step:06d}" / "run_state.json"
-
-
-def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc.poll() is not None:
-            raise AssertionError(f"the sweep exited (rc {proc.returncode}) before {what}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _actor_processes(root_pid: int, title: str) -> list[psutil.Process]:
@@ -104,20 +93,20 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
         proc = subprocess.Popen(_cli(str(tmp / "e2e.yaml"), "--output-dir", str(out)), cwd=REPO, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
-            sweep_dir = _wait_for(lambda: next(iter(out.glob("e2e-*/sweep.json")), None), proc, 120, "sweep.json").parent
-            _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t000", CHECKPOINT_EVERY).is_file(), proc, 600,
+            sweep_dir = wait_for(lambda: next(iter(out.glob("e2e-*/sweep.json")), None), proc, 120, "sweep.json").parent
+            wait_for(lambda: _checkpoint(sweep_dir, "e2e-t000", CHECKPOINT_EVERY).is_file(), proc, 600,
                       "trial 0's first checkpoint")
-            learners = _wait_for(lambda: _actor_processes(proc.pid, LEARNER_PROCESS), proc, 60,
+            learners = wait_for(lambda: _actor_processes(proc.pid, LEARNER_PROCESS), proc, 60,
                                  "trial 0's learner process")
             for learner in learners:
                 learner.send_signal(signal.SIGKILL)
-            _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", CHECKPOINT_EVERY).is_file(), proc, 600,
+            wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", CHECKPOINT_EVERY).is_file(), proc, 600,
                       "trial 1's first checkpoint")
-            engines = _wait_for(lambda: _actor_processes(proc.pid, ROLLOUT_PROCESS), proc, 60,
+            engines = wait_for(lambda: _actor_processes(proc.pid, ROLLOUT_PROCESS), proc, 60,
                                 "trial 1's rollout process")
             for engine in engines:
                 engine.send_signal(signal.SIGKILL)
-            _wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", 2 * CHECKPOINT_EVERY).is_file(), proc, 600,
+            wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", 2 * CHECKPOINT_EVERY).is_file(), proc, 600,
                       "trial 1's second checkpoint")
             proc.send_signal(signal.SIGINT)
             first_rc = proc.wait(timeout=300)
