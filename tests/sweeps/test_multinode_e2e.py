@@ -8,9 +8,9 @@ only be placed across three nodes: the rollout engine and the two learner ranks 
 group's rendezvous and gradient all-reduce, and the weight sync from learner rank 0 to the engine, cross nodes.
 
 1. The sweep runs undisturbed: where every actor ran is read from Ray's actor table.
-2. Its first trial (ETS) runs again as a sweep of its own; after the trial's first checkpoint the node of one of its learner ranks is killed
-   (``Cluster.remove_node`` without a graceful stop: its raylet and every process on it die at once) and a fresh
-   node joins. Tune restarts the trial from that checkpoint on the nodes alive, each step is logged once, and
+2. Its first trial (ETS) runs again as a sweep of its own; after the trial's first checkpoint the node of one of
+   its learner ranks is killed (``Cluster.remove_node`` without a graceful stop: its raylet and every process on it
+   die at once) and a fresh node joins. Tune restarts the trial from that checkpoint on the nodes alive, each step is logged once, and
    the trial's metrics are those of the undisturbed sweep's ETS trial, to the bit.
 
 Both sweeps use one cluster (started once for the module); the CLI runs in a subprocess attached to it.
@@ -117,7 +117,9 @@ def sweeps(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("multinode")
     undisturbed, out = _start_sweep(cluster, tmp, "undisturbed", SPEC["grid"]["method"])
     undisturbed_log = _finished(undisturbed, tmp, "undisturbed")
-    placed = {role: [(a["Address"]["NodeID"], a["ActorID"]) for a in _actors(role)]
+    # In start order: the trials ran one after the other, so each trial's actors are consecutive.
+    placed = {role: [(a["Address"]["NodeID"], a["ActorID"])
+                     for a in sorted(_actors(role), key=lambda actor: actor["StartTime"])]
               for role in ("LearnerEngine", "RolloutEngine", "RewardWorker")}
 
     # Its first trial again (ETS), alone: what the undisturbed sweep's ETS trial did is the reference.
@@ -153,7 +155,7 @@ def test_actors_of_a_trial_are_spread_over_nodes(sweeps: dict) -> None:
     learner_nodes = [node for node, _ in placed["LearnerEngine"]]
     rollout_nodes = [node for node, _ in placed["RolloutEngine"]]
     assert len(learner_nodes) == 4 and len(rollout_nodes) == 2  # 2 trials × (2 ranks, 1 engine)
-    for trial in range(2):  # actors start trial by trial (one trial at a time): ranks 0, 1 of each trial in order
+    for trial in range(2):  # one trial at a time (max_concurrent_trials 1): each trial's actors are consecutive
         ranks = learner_nodes[2 * trial: 2 * trial + 2]
         assert len(set(ranks)) == 2, "the two learner ranks shared a node"
         assert rollout_nodes[trial] not in ranks, "the rollout engine shared a node with a learner rank"
