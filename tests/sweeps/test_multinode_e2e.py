@@ -10,8 +10,8 @@ group's rendezvous and gradient all-reduce, and the weight sync from learner ran
 1. The sweep runs undisturbed: where every actor ran is read from Ray's actor table.
 2. Its first trial (ETS) runs again as a sweep of its own; after the trial's first checkpoint the node of one of
    its learner ranks is killed (``Cluster.remove_node`` without a graceful stop: its raylet and every process on it
-   die at once) and a fresh node joins. Tune restarts the trial from that checkpoint on the nodes alive, each step is logged once, and
-   the trial's metrics are those of the undisturbed sweep's ETS trial, to the bit.
+   die at once) and a fresh node joins. Tune restarts the trial from that checkpoint on the nodes alive, each step
+   is logged once, and the trial's metrics are those of the undisturbed sweep's ETS trial, to the bit.
 
 Both sweeps use one cluster (started once for the module); the CLI runs in a subprocess attached to it.
 """
