@@ -10,6 +10,7 @@ or KL needs them. Each rank runs the same PPO schedule and DeepSpeed averages th
 update is that of the whole batch.
 Placement: with a placement group, rank r sits in bundle ``bundle_offset + r`` (see
 ``orchestrator.resources``), so a sweep trial's actors stay inside its placement group.
+Weights leave the ranks through ``workers.weights.sync.WeightSync``, which calls ``actors`` itself.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ RolloutActor = ray.remote(RolloutEngine)
 
 
 class RolloutGroup:
-    """``config.num_actors`` rollout actors; prompts are split into contiguous chunks, one per actor."""
+    """``config.num_actors`` rollout actors; prompts are split into contiguous chunks, one per actor. New weights
+    reach them through ``workers.weights.sync`` (``WeightSync``, ``load_into_engines``), which calls ``actors``."""
 
     def __init__(
         self,
