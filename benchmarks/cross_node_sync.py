@@ -13,7 +13,6 @@ are under test. Loopback is the best case of a network: a real one adds its own 
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
@@ -23,28 +22,28 @@ from benchmarks.report import BenchmarkResult, Figure
 def smollm2_shapes(layers: int = 30, hidden: int = 576, intermediate: int = 1536, vocab: int = 49152,
                    kv_width: int = 3 * 64) -> dict[str, tuple[int, ...]]:
     """SmolLM2-135M's inference state dict (HF names): 30 layers, hidden 576, 9 query / 3 key-value heads of 64."""
-    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden), "lm_head.weight": (vocab, hidden),
-                                          "model.norm.weight": (hidden,)}
+    shapes: dict[str, tuple[int, ...]] = {"model.embed_tokens.weight": (vocab, hidden),
+                                          "lm_head.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
+    layer_shapes = {"self_attn.q_proj.weight": (hidden, hidden), "self_attn.k_proj.weight": (kv_width, hidden),
+                    "self_attn.v_proj.weight": (kv_width, hidden), "self_attn.o_proj.weight": (hidden, hidden),
+                    "mlp.gate_proj.weight": (intermediate, hidden), "mlp.up_proj.weight": (intermediate, hidden),
+                    "mlp.down_proj.weight": (hidden, intermediate), "input_layernorm.weight": (hidden,),
+                    "post_attention_layernorm.weight": (hidden,)}
     for layer in range(layers):
-        prefix = f"model.layers.{layer}."
-        shapes.update({
-            prefix + "self_attn.q_proj.weight": (hidden, hidden), prefix + "self_attn.k_proj.weight": (kv_width, hidden),
-            prefix + "self_attn.v_proj.weight": (kv_width, hidden), prefix + "self_attn.o_proj.weight": (hidden, hidden),
-            prefix + "mlp.gate_proj.weight": (intermediate, hidden), prefix + "mlp.up_proj.weight": (intermediate, hidden),
-            prefix + "mlp.down_proj.weight": (hidden, intermediate),
-            prefix + "input_layernorm.weight": (hidden,), prefix + "post_attention_layernorm.weight": (hidden,)})
+        shapes.update({f"model.layers.{layer}.{name}": shape for name, shape in layer_shapes.items()})
     return shapes
 
 
 def run(smoke: bool) -> dict:
     import ray
-    from ray._private import ray_constants
     from ray.cluster_utils import Cluster
 
-    shapes = smollm2_shapes(layers=1, hidden=64, intermediate=128, vocab=512, kv_width=32) if smoke else smollm2_shapes()
+    from orchestrator.cluster import loopback_only
+
+    shapes = smollm2_shapes(layers=1, hidden=64, intermediate=128, vocab=512, kv_width=32) if smoke \
+        else smollm2_shapes()
     rounds = 1 if smoke else 5
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # every node's servers on loopback (orchestrator/cluster.py)
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    loopback_only()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1",
                                                             "include_dashboard": False})
     try:

@@ -29,11 +29,18 @@ def start_embedded(**init_kwargs) -> None:
     """Start Ray on this machine alone, every server of it on loopback (``ray.init(address="local")``: a cluster of
     our own, never attached to another local one). ``init_kwargs`` go to ``ray.init``."""
     import ray  # here, not at the top: the control plane reads LOCAL_ONLY_ENV without importing Ray
+
+    loopback_only()
+    ray.init(address="local", **init_kwargs)
+
+
+def loopback_only() -> None:
+    """Every Ray node this process starts from now on (``ray.init``, or the several nodes of Ray's own
+    ``cluster_utils.Cluster``) serves on 127.0.0.1 only."""
     from ray._private import ray_constants
 
     os.environ[LOCAL_ONLY_ENV] = "0"  # the processes it starts (GCS, raylet, workers, job drivers) inherit it
     ray_constants.ENABLE_RAY_CLUSTER = False  # this process read the variable when it imported Ray
-    ray.init(address="local", **init_kwargs)
 
 
 def connect(address: str | None = None) -> None:

@@ -13,8 +13,9 @@ for k = 1).
 k = 0 collects each batch when its step asks for it, on the driver's own thread: the synchronous loop.
 
 A batch is :class:`Rollouts`: one step's sequences grouped by prompt, with their rewards (the driver's step,
-orchestrator/rl_step.py, collects and trains them). The batches held at a checkpoint are part of the run's state (:meth:`RolloutAhead.state_dict`): a resumed run
-trains on the very batches the uninterrupted one would have, sampled by the same older weights.
+orchestrator/rl_step.py, collects and trains them). The batches held at a checkpoint are part of the run's state
+(:meth:`RolloutAhead.state_dict`): a resumed run trains on the very batches the uninterrupted one would have, sampled
+by the same older weights.
 """
 
 from __future__ import annotations

@@ -28,11 +28,10 @@ import pytest
 import ray
 import yaml
 from mlflow import MlflowClient
-from ray._private import ray_constants
 from ray._private import state as ray_state
 from ray.cluster_utils import Cluster
 
-from orchestrator.cluster import LOCAL_ONLY_ENV
+from orchestrator.cluster import loopback_only
 from sweeps.tracking import PARENT_TAG, SWEEP_ID_TAG
 from tests.sweeps.cli_process import wait_for
 
@@ -66,8 +65,7 @@ FAST_FAILURE_DETECTION = {"health_check_initial_delay_ms": 0, "health_check_peri
 def cluster():
     # Every node of it on loopback, as the embedded cluster (orchestrator.cluster.start_embedded): the switch binds
     # each raylet's servers to 127.0.0.1; Ray's test harness adds nodes under it all the same.
-    os.environ[LOCAL_ONLY_ENV] = "0"
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    loopback_only()
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False,
         "_system_config": FAST_FAILURE_DETECTION})

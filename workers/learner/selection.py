@@ -400,6 +400,11 @@ def _keep_best(scores: torch.Tensor, eligible: torch.Tensor, group_ids: torch.Te
     return selected.view_as(eligible)
 
 
+# The zoo point of the top-ρ scores: the 80/20 and GMTS papers' headline ρ = 0.2, ranked within each prompt group
+# (the GMTS release's population), so that the score is the only difference between them.
+TOP_FIFTH_PER_GROUP = {"scope": "group", "ratio": 0.2, "mode": "top"}
+
+
 register_selection_method(  # the full-token baseline: every response token kept
     "none", uses_ratio=False, ratio_means="", family="baseline", weight="—", changes="nothing: every response token",
     reference="GRPO / DAPO", color="#666666")(None)
@@ -407,14 +412,15 @@ register_selection_method(  # the full-token baseline: every response token kept
 
 @register_selection_method("ets", family="top-ρ selection", weight="H_t", changes="policy-gradient mask",
                            reference="Beyond the 80/20 Rule, arXiv 2506.01939", color="#1f77b4",
-                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def entropy_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t, the token entropy (the "80/20" paper)."""
     return x.entropy.detach()
 
 
 @register_selection_method("random", family="top-ρ selection", weight="U(0, 1)", changes="policy-gradient mask",
-                           reference="control: any ρ-subset", color="#2ca02c", zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           reference="control: any ρ-subset", color="#2ca02c",
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def random_scores(x: ScoreInputs) -> torch.Tensor:
     """Uniform scores from a seeded generator: the "any ρ-subset" control."""
     generator = x.generator if x.generator is not None else torch.Generator().manual_seed(x.config.seed)
@@ -429,7 +435,8 @@ def _abs_omega(x: ScoreInputs) -> torch.Tensor:
 
 @register_selection_method("gmts", needs_logp=True, drops_zero_scores=True, gmts_like=True, compared_with="ets",
                            family="top-ρ selection", weight="H_t·|ω_t|", changes="policy-gradient mask",
-                           reference="the GMTS paper", color="#d62728", zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           reference="the GMTS paper", color="#d62728",
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def gmts_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |ω_t| (the GMTS paper)."""
     return x.entropy.detach() * _abs_omega(x)
@@ -439,7 +446,7 @@ def gmts_scores(x: ScoreInputs) -> torch.Tensor:
                            gmts_like=True, compared_with="ets", family="top-ρ selection",
                            weight="G_t·|ω_t|, G_t = ‖e_o − p‖", changes="policy-gradient mask",
                            reference="the GMTS paper (exact norm, this lab)", color="#ff7f0e",
-                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
     """G_t · |ω_t|: the ℓ2 norm of the token's loss gradient w.r.t. its logits."""
     return x.grad_norm.detach() * _abs_omega(x)
@@ -447,7 +454,8 @@ def gmts_exact_scores(x: ScoreInputs) -> torch.Tensor:
 
 @register_selection_method("h_abs_adv", drops_zero_scores=True, gmts_like=True, compared_with="ets",
                            family="top-ρ selection", weight="H_t·|A_t|", changes="policy-gradient mask",
-                           reference="GMTS on-policy (r = 1, no KL), this lab", zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           reference="GMTS on-policy (r = 1, no KL), this lab",
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
     """H_t · |A_t|: GMTS's score when r = 1 and there is no KL (one answer's tokens rank by entropy alone)."""
     return x.entropy.detach() * x.advantages.abs()
@@ -456,7 +464,7 @@ def entropy_times_abs_advantage_scores(x: ScoreInputs) -> torch.Tensor:
 @register_selection_method("abs_omega", needs_logp=True, drops_zero_scores=True, gmts_like=True,
                            compared_with="ets", family="top-ρ selection", weight="|ω_t|",
                            changes="policy-gradient mask", reference="GMTS without entropy, this lab",
-                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def abs_omega_scores(x: ScoreInputs) -> torch.Tensor:
     """|ω_t| alone: GMTS without its entropy factor."""
     return _abs_omega(x)
@@ -465,7 +473,7 @@ def abs_omega_scores(x: ScoreInputs) -> torch.Tensor:
 @register_selection_method("g_norm", needs_grad_norm=True, compared_with="ets", family="top-ρ selection",
                            weight="G_t = ‖e_o − p‖", changes="policy-gradient mask",
                            reference="GMTS-exact without ω, this lab", display_name="G-norm",
-                           zoo_point={"scope": "group", "ratio": 0.2, "mode": "top"})
+                           zoo_point=TOP_FIFTH_PER_GROUP)
 def gradient_norm_scores(x: ScoreInputs) -> torch.Tensor:
     """G_t alone, the exact norm of the token's log-prob gradient w.r.t. its logits: what entropy stands in for in
     the GMTS paper's H·|ω|, ranked as ETS ranks entropy (no advantage, ratio or KL)."""
