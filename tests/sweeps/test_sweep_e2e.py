@@ -5,8 +5,8 @@ faults a sweep must survive, run once for the whole module:
    checkpoint: Tune restarts the trial, which resumes from that checkpoint, not from zero;
 2. while trial 1 runs, its rollout actor's process (the vLLM engine) is killed right after its first
    checkpoint: Tune restarts the trial from that checkpoint too;
-3. after trial 1's second checkpoint the sweep itself is interrupted (SIGINT, as Ctrl-C): ``--resume``
-   then reruns only trial 1, from that checkpoint, and finishes the sweep.
+3. as Tune restarts trial 1, the sweep itself is interrupted (SIGINT, as Ctrl-C): ``--resume`` then reruns
+   only trial 1, from the checkpoint Tune's restart began from, and finishes the sweep.
 
 Both trials roll out one step ahead of their learner (``rollout.max_staleness: 1``), so each fault strikes while
 a batch is being collected beside the update: the resumed trial continues from the batch its checkpoint held,
@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 STEPS, CHECKPOINT_EVERY = 6, 2
 LEARNER_PROCESS = "ray::LearnerEngine"  # LearnerActor = ray.remote(LearnerEngine)
 ROLLOUT_PROCESS = "ray::RolloutEngine"  # RolloutActor = ray.remote(RolloutEngine)
+RESTARTED = "{}: restarted by Tune after step"  # sweeps.trainable logs it as a restarted attempt begins
 PRESET = {
     "extends": "cpu-tiny-s",
     "warmup": {"enabled": False},  # the plumbing is under test, not learning: skip the supervised warm-up
@@ -106,16 +107,19 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> dict:
                                 "trial 1's rollout process")
             for engine in engines:
                 engine.send_signal(signal.SIGKILL)
-            wait_for(lambda: _checkpoint(sweep_dir, "e2e-t001", 2 * CHECKPOINT_EVERY).is_file(), proc, 600,
-                      "trial 1's second checkpoint")
+            # Ctrl-C as Tune restarts the trial: the restarted attempt logs its restart before it starts its actors
+            # (seconds), so the sweep stops with trial 1 unfinished whatever step the 0.1 s steps had reached when
+            # the engine died.
+            wait_for(lambda: RESTARTED.format("e2e-t001") in (tmp / "first.log").read_text(), proc, 600,
+                      "trial 1's restart by Tune")
             proc.send_signal(signal.SIGINT)
             first_rc = proc.wait(timeout=300)
         finally:
             if proc.poll() is None:
                 proc.kill()
     first_seconds = time.monotonic() - started
-    # Tune takes a moment to stop a trial after Ctrl-C, and this trial's steps take a tenth of a second (the plumbing
-    # preset learns nothing): it may have saved a later checkpoint by then, the one --resume must continue from.
+    # The latest checkpoint of trial 1 when the sweep stopped, the one --resume must continue from: Tune's restart
+    # began from it (or, had Ctrl-C taken effect only after the restarted attempt's first 0.1 s steps, from one before).
     interrupted_at = max(step for step in range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)
                          if _checkpoint(sweep_dir, "e2e-t001", step).is_file())
 
@@ -206,15 +210,18 @@ def test_killed_learner_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
 
 def test_killed_rollout_trial_resumed_from_its_checkpoint(sweep: dict) -> None:
     assert sweep["killed"]["rollout"], "no rollout process was killed"
-    # Restarted by Tune after the engine died, then by --resume after the interrupt: each attempt starts right
-    # after a checkpoint, the last one after the latest saved before the sweep stopped (the second or a later one).
-    attempt_starts, rows = _attempt_starts(sweep, "e2e-t001")
-    assert attempt_starts[0] == 1 and len(attempt_starts) >= 3, attempt_starts
-    # Tune's restart: after the checkpoint saved last before the engine died (the first, or a later one when the
-    # 0.1 s steps outran the kill).
-    assert all(start > 1 and (start - 1) % CHECKPOINT_EVERY == 0 for start in attempt_starts[1:-1]), attempt_starts
+    # Tune restarted the trial after the engine died, from the checkpoint saved last before that (the first, or a
+    # later one when the 0.1 s steps outran the kill); the sweep was interrupted while that attempt started.
+    restarts = [int(line.rsplit(" ", 1)[-1]) for line in sweep["first_log"].splitlines()
+                if RESTARTED.format("e2e-t001") in line]
+    assert len(restarts) == 1 and restarts[0] >= CHECKPOINT_EVERY and restarts[0] % CHECKPOINT_EVERY == 0, restarts
     interrupted_at = sweep["interrupted_at"]
-    assert interrupted_at >= 2 * CHECKPOINT_EVERY
+    assert interrupted_at >= restarts[0]
+    # Tune's record: the first attempt from step 1, every later one (an interrupted start reports nothing) right
+    # after a checkpoint; the last, --resume's, after the latest saved before the sweep stopped.
+    attempt_starts, rows = _attempt_starts(sweep, "e2e-t001")
+    assert attempt_starts[0] == 1 and len(attempt_starts) >= 2, attempt_starts
+    assert all(start > 1 and (start - 1) % CHECKPOINT_EVERY == 0 for start in attempt_starts[1:]), attempt_starts
     last_attempt = rows[max(i for i, row in enumerate(rows) if row["iterations_since_restore"] == 1):]
     if interrupted_at < STEPS:  # the resumed attempt trains every step after that checkpoint, once
         assert [row["step"] for row in last_attempt] == [*range(interrupted_at + 1, STEPS + 1), STEPS]
