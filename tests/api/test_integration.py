@@ -166,7 +166,9 @@ class Stack:
     def stop(self) -> None:
         if self.ray is not None:
             _stop_every_job(self.ray_url)
-        self.processes.stop_together([p for p in (self.api.proc, self.ray, self.mlflow) if p is not None])
+        # Every job is stopped and nothing of the stack is read after this: what has not ended in 5 s is killed
+        # (the Ray head took the whole 20 s default, seconds of the suite for nothing).
+        self.processes.stop_together([p for p in (self.api.proc, self.ray, self.mlflow) if p is not None], grace=5.0)
         self.api.proc = None
 
     def _launch_ray(self, attempt: int) -> subprocess.Popen:
