@@ -167,7 +167,7 @@ class Stack:
         if self.ray is not None:
             _stop_every_job(self.ray_url)
         # Every job is stopped and nothing of the stack is read after this: what has not ended in 5 s is killed
-        # (the Ray head took the whole 20 s default, seconds of the suite for nothing).
+        # (with the 20 s default the module's teardown took 20 s: one of them outlives SIGTERM).
         self.processes.stop_together([p for p in (self.api.proc, self.ray, self.mlflow) if p is not None], grace=5.0)
         self.api.proc = None
 
