@@ -59,11 +59,9 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-import deepspeed
 import torch
 import torch.distributed as dist
 from torch import nn
-from transformers import AutoModelForCausalLM
 
 from workers.learner.batch import ResponseIndex, TrainBatch
 from workers.learner.deepspeed_ops import load_cpu_comm_op
@@ -79,6 +77,10 @@ from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pa
 from workers.learner.selection import SELECTION_METHODS, Selection, SelectionConfig, select_tokens
 from workers.learner.token_stats import entropy_from_logits, token_stats_from_logits
 from workers.weights.broadcast import WeightBroadcastGroup, join_group, local_device_key, send_weights
+
+# DeepSpeed and transformers' model classes are imported where they are used, in the learner's own process: the
+# driver imports this module for the actor class alone, and the two cost seconds of every run's and every sweep
+# trial's start (≈ 4 s of the driver's 7 s on a 2-core host).
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +98,8 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     """
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                       MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
+    import deepspeed
+
     load_cpu_comm_op()  # what init_distributed would build itself, but safe beside other checkouts and dead builds
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     timeout = deepspeed.constants.default_pg_timeout
@@ -177,6 +181,9 @@ class LearnerEngine:
     def _build_engine(self, model_dir: str | Path) -> None:
         """The policy, its optimiser and lr schedule, wrapped by DeepSpeed (``self.model``, ``self.engine``,
         ``self.optimizer``, ``self.device``)."""
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+
         learner = self.learner
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self._dtype)
         self.model.config.use_cache = False
@@ -197,6 +204,8 @@ class LearnerEngine:
         self.device = self.engine.device
 
     def _load_reference(self, model_dir: str | Path) -> nn.Module:
+        from transformers import AutoModelForCausalLM
+
         # A full frozen copy on every rank (not ZeRO-partitioned): fine at the sizes this lab trains.
         reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=self._dtype).to(self.device).eval()
         reference.requires_grad_(False)
@@ -647,6 +656,8 @@ class LearnerEngine:
     @contextmanager
     def _full_weights(self):
         """The model's full (name, tensor) list on rank 0, [] elsewhere; gathered under ZeRO-3."""
+        import deepspeed
+
         gather = (deepspeed.zero.GatheredParameters(list(self.model.parameters()))
                   if self.learner.zero_stage == 3 else nullcontext())
         with gather:

@@ -22,7 +22,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from transformers import AutoModelForCausalLM
 
 from workers.learner.batch import TrainBatch
 from workers.learner.forward import response_logits
@@ -69,6 +68,10 @@ def supervised_warmup(
     if not examples or steps < 1 or batch_size < 1:
         raise ValueError(f"need examples, steps ≥ 1 and batch_size ≥ 1; got {len(examples)} examples, "
                          f"steps={steps}, batch_size={batch_size}")
+    # Imported here: every run's driver imports this module, and transformers' model classes cost it seconds that
+    # only a warm-up (once per base, cached after) needs.
+    from transformers import AutoModelForCausalLM
+
     with deterministic_torch(threads=WARMUP_THREADS, seed=seed):
         model = _fit(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), examples,
                      steps=steps, lr=lr, batch_size=batch_size, seed=seed)

@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from workers.models.config import FOLDER_DTYPE, ModelConfig
 
@@ -38,6 +37,10 @@ def smollm2_gguf_path() -> Path:
 
 def write_smollm2_model(config: ModelConfig, folder: Path) -> None:
     """Dequantise the GGUF and save config, safetensors weights and tokenizer into ``folder``."""
+    # Imported here: every run's driver imports this module, and the auto classes cost it seconds that only a
+    # folder's first build needs.
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
     gguf_path = smollm2_gguf_path()
     logger.info("Dequantising %s into %s (about 24 s, once)", gguf_path.name, folder)
     dequantised = AutoModelForCausalLM.from_pretrained(

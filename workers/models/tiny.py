@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
 
 from workers.models.char_tokenizer import VOCAB, save_char_tokenizer
 from workers.models.config import FOLDER_DTYPE, ModelConfig
 
+if TYPE_CHECKING:
+    from transformers import Qwen2Config
+
 
 def tiny_qwen2_config(config: ModelConfig) -> Qwen2Config:
+    from transformers import Qwen2Config  # see write_tiny_model
+
     tokenizer_ids = {
         "pad_token_id": VOCAB["<pad>"],
         "bos_token_id": VOCAB["<bos>"],
@@ -33,6 +38,10 @@ def tiny_qwen2_config(config: ModelConfig) -> Qwen2Config:
 
 def write_tiny_model(config: ModelConfig, folder: Path) -> None:
     """Write config, safetensors weights, generation config and the character tokenizer into ``folder``."""
+    # Imported here: every run's driver imports this module, and the Qwen2 classes (its config too) cost it seconds
+    # that only a folder's first build needs.
+    from transformers import GenerationConfig, Qwen2ForCausalLM
+
     qwen2_config = tiny_qwen2_config(config)
     # fork_rng: seeding must not disturb the caller's global RNG stream.
     with torch.random.fork_rng(devices=[]):
