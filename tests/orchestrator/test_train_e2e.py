@@ -19,7 +19,6 @@ import ray
 import torch
 from mlflow.tracking import MlflowClient
 
-from orchestrator.cluster import start_embedded
 from orchestrator.completion_table import COLUMNS, artifact_file
 from orchestrator.config_loader import load_experiment
 from orchestrator.train import StepReport, train
@@ -30,20 +29,13 @@ COMPARED = ("train/accuracy", "reward/mean", "loss/pg", "loss/kl", "selection/se
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    start_embedded(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def shared_dir(tmp_path_factory):
     """The module's output folder and model cache: runs are told apart by name, the base is built once."""
     return tmp_path_factory.mktemp("train-e2e")
 
 
 @pytest.fixture(scope="module")
-def full_run(shared_dir, local_ray):
+def full_run(shared_dir, embedded_ray):
     """The uninterrupted 4-step run (checkpoints every 2 steps, evaluations at 0, 2, 4), its step reports and every
     address a process of this test's tree (Ray's servers, agents, actors, vLLM, the learners) listened on meanwhile."""
     reports: list[StepReport] = []
@@ -218,7 +210,7 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(shared_dir, local_ray):
+def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(shared_dir, embedded_ray):
     seen: list[list[dict]] = []
 
     def live_groups(report: StepReport) -> None:
@@ -233,7 +225,7 @@ def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(
     assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
 
 
-def test_a_worked_addition_run_logs_where_the_tokens_go(shared_dir, local_ray):
+def test_a_worked_addition_run_logs_where_the_tokens_go(shared_dir, embedded_ray):
     """The roles reach the learner: ETS's selected tokens on cpu-tiny-worked, per role, every step. No warm-up:
     the untrained policy earns no reward, so ETS (which ranks entropy alone) is the method that selects."""
     overrides = {
@@ -256,7 +248,7 @@ def test_a_worked_addition_run_logs_where_the_tokens_go(shared_dir, local_ray):
     assert {f"selection/decision_share_decile_{d}" for d in range(10)} & set(logged)
 
 
-def test_rolling_out_a_step_ahead_trains_one_version_behind_and_resumes_exactly(shared_dir, local_ray):
+def test_rolling_out_a_step_ahead_trains_one_version_behind_and_resumes_exactly(shared_dir, embedded_ray):
     """rollout.max_staleness=1: the engines collect step t+1's batch while the learner trains step t. Every step
     records how many versions its batch lags (0 for the first, then exactly 1), the stale batches are trained
     off-policy (their ratio is not 1), and a run stopped after step 2 resumes with the batch it held ahead: steps

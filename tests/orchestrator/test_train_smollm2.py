@@ -9,24 +9,15 @@ weight sync of a 135M-parameter model work together.
 from __future__ import annotations
 
 import pytest
-import ray
 from mlflow.tracking import MlflowClient
 
-from orchestrator.cluster import start_embedded
 from orchestrator.config_loader import load_experiment
 from orchestrator.train import StepReport, StopTraining, train
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    start_embedded(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
-
-
-def test_three_steps_of_the_real_model_preset(tmp_path, local_ray):
+def test_three_steps_of_the_real_model_preset(tmp_path, embedded_ray):
     overrides = {
         "output_dir": str(tmp_path / "runs"), "training.steps": "5", "data.prompts_per_step": "2",
         "rollout.n_samples": "4", "rollout.max_new_tokens": "16",

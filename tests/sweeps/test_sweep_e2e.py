@@ -124,6 +124,7 @@ def _new_alive(class_name: str, known: set[str]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory: pytest.TempPathFactory):
+    ray.shutdown()  # the suite's shared embedded Ray (tests/conftest.py), were it up: this module needs its own
     cluster = _start_cluster()
     try:
         yield _run_sweeps(cluster, tmp_path_factory.mktemp("e2e"))

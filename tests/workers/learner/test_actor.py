@@ -11,7 +11,6 @@ import torch.distributed as dist
 from ray.util.placement_group import placement_group, remove_placement_group
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from orchestrator.cluster import start_embedded
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine, init_process_group
@@ -37,15 +36,6 @@ def model_dir(tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    start_embedded(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def make_batch(groups=4, group_size=4, seed=0) -> TrainBatch:
     g = torch.Generator().manual_seed(seed)
     prompts, responses, group_ids = [], [], []
@@ -64,7 +54,7 @@ def rank_parameters(group: LearnerGroup) -> list[dict[str, torch.Tensor]]:
     return ray.get([actor.__ray_call__.remote(read) for actor in group.actors])
 
 
-def test_two_rank_group_trains_like_one_process(model_dir, ray_cluster, tmp_path):
+def test_two_rank_group_trains_like_one_process(model_dir, embedded_ray, tmp_path):
     learner = LearnerConfig(num_actors=2, zero_stage=2, lr=1e-3, mini_batch_size=16, micro_batch_size=4)
     loss = PolicyLossConfig(kl_coef=0.05)
     batch = make_batch()

@@ -3,7 +3,6 @@ import multiprocessing
 
 import pytest
 
-from orchestrator.cluster import start_embedded
 from workers.problem import Problem
 from workers.reward.actor import RewardWorker
 from workers.reward.config import RewardConfig
@@ -40,24 +39,30 @@ def test_plain_class_scores_without_ray_and_its_verifiers_end_with_it():
 
 
 @pytest.mark.slow
-def test_ray_actors_score_a_batch_whole_and_split():
-    ray = pytest.importorskip("ray")
-    start_embedded(num_cpus=1, include_dashboard=False, log_to_driver=False)
+def test_ray_actors_score_a_batch_whole_and_split(embedded_ray):
+    import ray
+
+    remote_worker = ray.remote(num_cpus=0)(RewardWorker)
+    workers = [remote_worker.remote(CONFIG) for _ in range(2)]
     try:
-        remote_worker = ray.remote(num_cpus=0)(RewardWorker)
-        workers = [remote_worker.remote(CONFIG) for _ in range(2)]
-        completions, problems = _batch()
-        whole = ray.get(workers[0].score.remote(completions, problems))
-        assert all(isinstance(result, RewardResult) for result in whole)
-        assert [r.score for r in whole] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
-        # Split across the two actors, as the actor module's docstring shows: same results, same order.
-        chunk = -(-len(completions) // len(workers))
-        futures = [w.score.remote(completions[i * chunk:(i + 1) * chunk], problems[i * chunk:(i + 1) * chunk])
-                   for i, w in enumerate(workers)]
-        assert [r for part in ray.get(futures) for r in part] == whole
-        # A broken verifier stops the caller (the training loop's ray.get) with its name and first error.
-        broken = [Problem(id=f"mc{i}", prompt="Pick", answer="?", domain="choice") for i in range(8)]
-        with pytest.raises(VerifierBroken, match="verify_choice.*one letter"):
-            ray.get(workers[0].score.remote(["A"] * 8, broken))
-    finally:
-        ray.shutdown()
+        _score_whole_and_split(ray, workers)
+    finally:  # the cluster is shared with other modules
+        for worker in workers:
+            ray.kill(worker)
+
+
+def _score_whole_and_split(ray, workers) -> None:
+    completions, problems = _batch()
+    whole = ray.get(workers[0].score.remote(completions, problems))
+    assert all(isinstance(result, RewardResult) for result in whole)
+    assert [r.score for r in whole] == [1.0, 0.0, 1.0, 0.0, 1.0, 0.0, 1.0]
+    # Split across the two actors, as the actor module's docstring shows: same results, same order.
+    chunk = -(-len(completions) // len(workers))
+    futures = [w.score.remote(completions[i * chunk:(i + 1) * chunk], problems[i * chunk:(i + 1) * chunk])
+               for i, w in enumerate(workers)]
+    assert [r for part in ray.get(futures) for r in part] == whole
+    # A broken verifier stops the caller (the training loop's ray.get) with its name and first error.
+    broken = [Problem(id=f"mc{i}", prompt="Pick", answer="?", domain="choice") for i in range(8)]
+    with pytest.raises(VerifierBroken, match="verify_choice.*one letter"):
+        ray.get(workers[0].score.remote(["A"] * 8, broken))
+

@@ -1,34 +1,26 @@
 """Two real Ray rollout actors sharing prompts and receiving one broadcast weight update."""
 
 import copy
-import os
-from pathlib import Path
 
 import pytest
 import ray
 import torch
 from transformers import AutoModelForCausalLM
 
-from orchestrator.cluster import start_embedded
 from workers.weights.object_store import HostWeights
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.actor import RolloutGroup
 from workers.rollout.config import RolloutConfig
 from workers.weights.sync import load_into_engines
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = [[VOCAB[c] for c in text] for text in ("1+1=", "2+2=", "3+3=", "4+4=", "5+5=")]
 
 
 @pytest.fixture(scope="module")
-def group(tiny_model_dir):
-    # Actors import `workers` from the repository, whether or not the package is installed.
-    python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    start_embedded(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": python_path}})
+def group(tiny_model_dir, embedded_ray):
     group = RolloutGroup(tiny_model_dir, RolloutConfig(num_actors=2, max_new_tokens=8, threads_per_actor=2), num_cpus_per_actor=1)
     yield group
     group.shutdown()
-    ray.shutdown()
 
 
 @pytest.mark.slow
