@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # The models the GPU presets name (their folders under $GMTS_MODELS_DIR).
 GPU_MODELS = ("Qwen2.5-Math-1.5B", "Qwen2.5-Math-7B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen3-8B", "Qwen2.5-Coder-1.5B",
@@ -40,19 +37,17 @@ def _shared_ray_stopped_at_the_end():
 
 @pytest.fixture(scope="module")
 def embedded_ray(_shared_ray_stopped_at_the_end) -> None:
-    """One embedded Ray (``orchestrator.cluster.start_embedded``: 2 CPUs, every server on loopback; actors import
-    this checkout) shared by the test modules that need a cluster but not one of their own: the first module that
-    asks starts it, the next ones find it up (each start costs seconds on 2 cores), the session's end stops it. A
-    module that needs Ray to itself (another cluster, other ``ray.init`` arguments) shuts it down first; the next
-    module that asks starts it again. The modules that ask run last (``pytest_collection_modifyitems``)."""
+    """One embedded Ray (``orchestrator.cluster.start_embedded``: 2 CPUs, every server on loopback) shared by the
+    test modules that need a cluster but not one of their own: the first module that asks starts it, the next ones
+    find it up (each start costs seconds on 2 cores), the session's end stops it. A module that needs Ray to itself
+    (another cluster, other ``ray.init`` arguments) shuts it down first; the next module that asks starts it again.
+    The modules that ask run last (``pytest_collection_modifyitems``)."""
     import ray
 
     from orchestrator.cluster import start_embedded
 
     if not ray.is_initialized():
-        python_path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-        start_embedded(num_cpus=2, include_dashboard=False, log_to_driver=False,
-                       runtime_env={"env_vars": {"PYTHONPATH": python_path}})
+        start_embedded(num_cpus=2, include_dashboard=False, log_to_driver=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -62,4 +57,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return item.nodeid.split("::", 1)[0]
 
     sharing = {module(item) for item in items if "embedded_ray" in getattr(item, "fixturenames", ())}
-    items[:] = [item for item in items if module(item) not in sharing] + [item for item in items if module(item) in sharing]
+    items[:] = ([item for item in items if module(item) not in sharing]
+                + [item for item in items if module(item) in sharing])
