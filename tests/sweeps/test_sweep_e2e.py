@@ -246,7 +246,7 @@ def test_a_lost_node_restarts_the_trial_from_its_checkpoint(sweeps: dict) -> Non
     assert sweeps["killed"]["learner"], "no learner rank was found"
     attempt_starts, rows = _attempt_starts(sweeps, "e2e-t000")
     assert len(attempt_starts) == 2 and attempt_starts[0] == 1, attempt_starts
-    assert attempt_starts[1] > 1 and (attempt_starts[1] - 1) % CHECKPOINT_EVERY == 0, attempt_starts  # after a checkpoint
+    assert attempt_starts[1] > 1 and (attempt_starts[1] - 1) % CHECKPOINT_EVERY == 0, attempt_starts
     assert rows[-1]["step"] == STEPS and rows[-1]["final"] == 1
     assert RESTARTED.format("e2e-t000") in sweeps["first_log"]
     assert sweeps["victim"] not in sweeps["alive"]
@@ -286,7 +286,8 @@ def test_parent_and_children_in_mlflow(sweeps: dict) -> None:
     for child in children:
         assert child.info.status == "FINISHED"
         p = child.data.params
-        assert (p["ratio"], p["mode"], p["algorithm"], p["seed"], p["model_size"]) == ("0.2", "top", "grpo", "0", "tiny-s")
+        assert (p["ratio"], p["mode"], p["algorithm"], p["seed"], p["model_size"]) == ("0.2", "top", "grpo", "0",
+                                                                                      "tiny-s")
         assert "eval/arithmetic/accuracy" in child.data.metrics
 
 
