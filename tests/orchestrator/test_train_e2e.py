@@ -210,33 +210,40 @@ def test_bad_config_fails_before_anything_starts(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(shared_dir, embedded_ray):
+@pytest.fixture(scope="module")
+def worked_colocated_run(shared_dir, embedded_ray):
+    """A 2-step ETS run on cpu-tiny-worked, each engine and learner colocated, and the placement groups alive at
+    each step. No warm-up: the untrained policy earns no reward, so ETS (which ranks entropy alone) is the method
+    that selects."""
     seen: list[list[dict]] = []
 
     def live_groups(report: StepReport) -> None:
         seen.append([g["bundles"] for g in ray.util.placement_group_table().values() if g["state"] == "CREATED"])
 
-    config = _config(shared_dir, "colocated", 1, **{"resources.colocate": "true", "checkpoint.interval": "0",
-                                                  "evaluation.interval": "0"})
-    result = train(config, on_step=live_groups)
-    assert result.steps == 1
-    # Outside a sweep the run reserved its own group: the driver's sliver, then the (engine 0, learner 0) pair.
-    assert seen == [[{0: {"CPU": 0.01}, 1: {"CPU": 1.99}}]]
-    assert all(g["state"] == "REMOVED" for g in ray.util.placement_group_table().values())
-
-
-def test_a_worked_addition_run_logs_where_the_tokens_go(shared_dir, embedded_ray):
-    """The roles reach the learner: ETS's selected tokens on cpu-tiny-worked, per role, every step. No warm-up:
-    the untrained policy earns no reward, so ETS (which ranks entropy alone) is the method that selects."""
     overrides = {
         "name": "worked", "output_dir": str(shared_dir / "runs"), "model.cache_dir": str(shared_dir / "models"),
         "warmup.enabled": "false", "training.steps": "2", "checkpoint.interval": "0", "evaluation.interval": "0",
         "evaluation.compare_to_base": "false", "data.prompts_per_step": "8", "learner.mini_batch_size": "64",
         "learner.micro_batch_size": "64", "data.eval.arithmetic.limit": "8", "data.eval.arithmetic_val.limit": "8",
-        "selection.recipe": "null", "selection.method": "ets", "selection.ratio": "0.2",
+        "selection.recipe": "null", "selection.method": "ets", "selection.ratio": "0.2", "resources.colocate": "true",
     }
     config = load_experiment("cpu-tiny-worked", [f"{k}={v}" for k, v in overrides.items()])
-    result = train(config)
+    result = train(config, on_step=live_groups)
+    groups_after = [g["state"] for g in ray.util.placement_group_table().values()]
+    return config, result, seen, groups_after
+
+
+def test_colocated_run_reserves_one_bundle_per_engine_learner_pair_and_frees_it(worked_colocated_run):
+    _, result, seen, groups_after = worked_colocated_run
+    assert result.steps == 2
+    # Outside a sweep the run reserved its own group: the driver's sliver, then the (engine 0, learner 0) pair.
+    assert seen == [[{0: {"CPU": 0.01}, 1: {"CPU": 1.99}}]] * 2
+    assert all(state == "REMOVED" for state in groups_after)
+
+
+def test_a_worked_addition_run_logs_where_the_tokens_go(worked_colocated_run):
+    """The roles reach the learner: ETS's selected tokens on cpu-tiny-worked, per role, every step."""
+    config, result, _, _ = worked_colocated_run
     client = MlflowClient(config.tracking_uri())
     share = _history(client, result.run_id, "selection/decision_share")
     base = _history(client, result.run_id, "selection/decision_base_share")
