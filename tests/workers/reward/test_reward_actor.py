@@ -65,4 +65,3 @@ def _score_whole_and_split(ray, workers) -> None:
     broken = [Problem(id=f"mc{i}", prompt="Pick", answer="?", domain="choice") for i in range(8)]
     with pytest.raises(VerifierBroken, match="verify_choice.*one letter"):
         ray.get(workers[0].score.remote(["A"] * 8, broken))
-
