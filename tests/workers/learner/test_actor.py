@@ -7,7 +7,6 @@ import psutil
 import pytest
 import ray
 import torch
-import torch.distributed as dist
 from ray.util.placement_group import placement_group, remove_placement_group
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -126,13 +125,18 @@ def test_two_rank_group_trains_like_one_process(model_dir, embedded_ray, tmp_pat
 
 
 def _one_process_grad_norm(model_dir, learner, loss, prepared, weights) -> float:
-    if not dist.is_initialized():
+    """One LearnerEngine of world size 1 on the whole batch, in a worker process of its own: this test process may
+    hold the process group and DeepSpeed's cached groups of a test before it."""
+    @ray.remote(num_cpus=0, max_calls=1)  # the placement group holds both CPUs; the worker exits after
+    def one_process() -> float:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         init_process_group(rank=0, world_size=1, master_addr="127.0.0.1", master_port=port)
-    torch.set_num_threads(1)
-    engine = LearnerEngine(model_dir, learner.model_copy(update={"num_actors": 1, "zero_stage": 0}), loss,
-                           SelectionConfig(method="ets", ratio=0.5, scope="group"), use_reference=True)
-    engine.model.load_state_dict(weights)
-    return engine.train_step(prepared, step=2)["optim/grad_norm"]
+        torch.set_num_threads(1)
+        engine = LearnerEngine(model_dir, learner.model_copy(update={"num_actors": 1, "zero_stage": 0}), loss,
+                               SelectionConfig(method="ets", ratio=0.5, scope="group"), use_reference=True)
+        engine.model.load_state_dict(weights)
+        return engine.train_step(prepared, step=2)["optim/grad_norm"]
+
+    return ray.get(one_process.remote())
