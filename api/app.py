@@ -196,7 +196,7 @@ class _Handlers:
 
 
 def _add_sweep_routes(router: APIRouter, shared: _Handlers) -> None:
-    """/v1/sweeps: submit, list, get, results, logs, cancel."""
+    """/v1/sweeps: submit, list, get, results, logs, cancel, resume."""
 
     @router.post("/sweeps", status_code=201, response_model=SubmissionOut, tags=["sweeps"])
     def submit_sweep(spec: SweepSpec, response: Response, idempotency_key: IdemKey = None) -> SubmissionOut:
@@ -231,6 +231,14 @@ def _add_sweep_routes(router: APIRouter, shared: _Handlers) -> None:
         """Stop the Ray job, then mark the MLflow parent and its unfinished trial runs KILLED. Repeating it
         is harmless: a finished sweep answers 200 with its state."""
         return shared.cancelled("sweep", sweep_id, response)
+
+    @router.post("/sweeps/{sweep_id}/resume", response_model=SubmissionOut, tags=["sweeps"])
+    def resume_sweep(sweep_id: SweepId) -> SubmissionOut:
+        """Continue a failed or cancelled sweep (its job failed, was stopped, or its cluster was lost) as a new Ray
+        job under the same id: finished trials stay finished, the others continue from their last checkpoints,
+        in the same MLflow parent run (`python -m sweeps.run --resume`). 409 while the sweep runs, when it
+        succeeded, or while something of its last job still runs."""
+        return _out(shared.plane.view(shared.plane.resume(shared.plane.get("sweep", sweep_id))))
 
 
 def _add_run_routes(router: APIRouter, shared: _Handlers) -> None:
@@ -280,7 +288,8 @@ def _out(view: View) -> SubmissionOut:
         trials=TrialProgress(**vars(view.trials)),
         mlflow=MlflowLink(experiment=record.experiment, run_id=record.mlflow_run_id, ui_url=view.ui_url),
         links=Links(self=base, logs=f"{base}/logs", cancel=f"{base}/cancel",
-                    results=f"{base}/results" if record.kind == "sweep" else None),
+                    results=f"{base}/results" if record.kind == "sweep" else None,
+                    resume=f"{base}/resume" if record.kind == "sweep" else None),
         settled=record.settled_at is not None,
         warnings=view.warnings,
     )

@@ -8,6 +8,7 @@
     gmts sweep watch|status|results|logs [ID]    (no ID: the newest sweep)
     gmts sweep results [ID] [--metric M]         gmts sweep logs [ID] [--tail N]
     gmts sweep cancel ID                         gmts sweep list [--status S]
+    gmts sweep resume ID                         (a failed or cancelled sweep, from its checkpoints)
     gmts run submit PRESET [--set key=value …] [--idempotency-key K] [--wait]
     gmts run watch|status|logs [ID]    gmts run cancel ID    gmts run list [--status S]
 
@@ -103,8 +104,8 @@ def _dispatch(client: GmtsClient, args: argparse.Namespace) -> int:
     ident = args.id or _newest(client, kind)
     if action == "watch":
         return _watch(client, ident, args.interval, args.json)
-    if action in ("status", "cancel"):
-        answer = {"status": client.sweep if sweep else client.run,
+    if action in ("status", "cancel", "resume"):
+        answer = {"status": client.sweep if sweep else client.run, "resume": client.resume_sweep,
                   "cancel": client.cancel_sweep if sweep else client.cancel_run}[action](ident)
         _warn(answer)
         _print(answer) if args.json else _print_status(answer)
@@ -402,12 +403,12 @@ def _parser() -> argparse.ArgumentParser:
             submit.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override")
         submit.add_argument("--idempotency-key", help="resubmitting with the same key returns the same submission")
         submit.add_argument("--wait", action="store_true", help="then follow it until it has finished (as watch)")
-        actions = ["submit", "watch", "status", "cancel", "logs", "list"] + (["results"] if kind == "sweep" else [])
+        actions = ["submit", "watch", "status", "cancel", "logs", "list"] + (["results", "resume"] if kind == "sweep" else [])
         for action in actions:
             command = submit if action == "submit" else group.add_parser(action)
             if action in ("watch", "status", "logs", "results"):
                 command.add_argument("id", nargs="?", help=f"the {kind}'s id (default: the newest {kind})")
-            if action == "cancel":
+            if action in ("cancel", "resume"):
                 command.add_argument("id", help=f"the {kind}'s id ({'sw-' if kind == 'sweep' else 'run-'}…)")
             if action in ("submit", "watch"):
                 command.add_argument("--interval", type=float, default=5.0, help="seconds between looks (default 5)")

@@ -113,6 +113,10 @@ class GmtsClient:
     def cancel_sweep(self, sweep_id: str) -> SubmissionOut:
         return self._call(SubmissionOut, "POST", f"/v1/sweeps/{sweep_id}/cancel")
 
+    def resume_sweep(self, sweep_id: str) -> SubmissionOut:
+        """Continue a failed or cancelled sweep from its checkpoints, under the same id."""
+        return self._call(SubmissionOut, "POST", f"/v1/sweeps/{sweep_id}/resume")
+
     # single runs
     def submit_run(self, preset: str, overrides: dict[str, Any] | None = None,
                    idempotency_key: str | None = None) -> SubmissionOut:

@@ -1,6 +1,7 @@
 """The entrypoint of every Ray job the service submits: re-validate the job file, then run it.
 
     python -m api.job sweep <state>/jobs/<id>.yaml --output-dir <state>/runs/<id>   → sweeps.run
+    python -m api.job sweep <state>/jobs/<id>.yaml --output-dir <state>/runs/<id> --resume   → sweeps.run --resume
     python -m api.job run   <state>/jobs/<id>.yaml                                  → orchestrator.train
 
 The service wrote the file from the validated model, but between that and the job's start lie a
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("kind", choices=["sweep", "run"])
     parser.add_argument("job_file", type=Path)
     parser.add_argument("--output-dir", type=Path, help="sweeps only: where its trials write")
+    parser.add_argument("--resume", action="store_true", help="sweeps only: continue the sweep of this job file "
+                        "(its id is the file's name) from its state, as `python -m sweeps.run --resume` does")
     args = parser.parse_args(argv)
     from pydantic import ValidationError
 
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # The job file is <state>/jobs/<api id>.yaml: the sweep runs under the API's id (one id for users).
         return run_sweep([str(args.job_file), "--output-dir", str(args.output_dir or "runs"),
-                          "--sweep-id", args.job_file.stem])
+                          "--resume" if args.resume else "--sweep-id", args.job_file.stem])
     from orchestrator.train import main as train
 
     return train(["--config", str(args.job_file)])

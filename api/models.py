@@ -33,6 +33,7 @@ class Links(_Response):
     logs: str
     cancel: str
     results: str | None = None
+    resume: str | None = None
 
 
 class SubmissionOut(_Response):

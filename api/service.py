@@ -21,6 +21,7 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from api.store import (
     owner_only_database,
     owner_only_dir,
 )
-from api.submissions import PreparedJob, output_dir, prepare_run, prepare_sweep
+from api.submissions import PreparedJob, entrypoint, output_dir, prepare_run, prepare_sweep
 from api.tracking import API_ID_TAG, RunLocation, TrackingView, TrialCounts
 from sweeps.spec import BaseExperiment, SweepSpec
 
@@ -45,6 +46,8 @@ ID_PREFIX = {"sweep": "sw", "run": "run"}
 # A record whose job Ray does not know is only declared lost after this long: the record is written
 # just before the job is submitted, so a read in between must not fail it.
 SUBMIT_GRACE_S = 60.0
+# The message of an unfinished record while Ray does not answer: its status is the last one Ray gave.
+RAY_UNREACHABLE = "Ray unreachable since"
 CANCEL_POLL_S = 0.5
 
 
@@ -121,6 +124,7 @@ class ControlPlane:
                 logger.info("reconciliation with Ray: %d record(s) changed", changed)
         except RayUnavailable as exc:
             logger.warning("reconciliation skipped: %s", exc)
+            self._note_unreachable(exc)
         except Exception:  # noqa: BLE001 - the loop must survive whatever one pass hits
             logger.exception("reconciliation failed")
         for record in self.store.unsettled():
@@ -228,6 +232,8 @@ class ControlPlane:
         env = {"MLFLOW_TRACKING_URI": self.settings.tracking_uri(), "GMTS_API_ID": api_id}
         if self.settings.job_pythonpath:
             env["PYTHONPATH"] = self.settings.job_pythonpath
+        if self.settings.storage:
+            env["GMTS_STORAGE"] = self.settings.storage
         return env
 
     # -- reconcile with Ray ---------------------------------------------------------------------
@@ -264,16 +270,29 @@ class ControlPlane:
             changed += updated.status != record.status
         return changed
 
+    def _note_unreachable(self, exc: RayUnavailable) -> None:
+        """Say on every unfinished record that its status is only the last one Ray gave (the head, or the whole
+        cluster, may be gone with the job): once, from the first pass that found Ray silent."""
+        since = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        for record in self.store.unfinished():
+            if not record.message.startswith(RAY_UNREACHABLE):
+                self.store.update(record, message=f"{RAY_UNREACHABLE} {since} ({str(exc)[:200]}): the job's state is "
+                                  f"unknown, its status is the last one Ray gave")
+
     def _settle(self, record: Submission, state: JobState | None) -> Submission:
         if state is None:
-            if time.time() - record.created_at < SUBMIT_GRACE_S:
+            if time.time() - record.created_at < SUBMIT_GRACE_S and not record.message.startswith(RAY_UNREACHABLE):
                 return record
-            return self._finish(record, "failed", None, f"Ray has no job {record.ray_submission_id} "
-                                "(the cluster was replaced, or the submission never reached it)")
+            lost = (f"Ray has no job {record.ray_submission_id} (the cluster was replaced, or the submission never "
+                    "reached it)")
+            if record.kind == "sweep":
+                lost += f"; POST /v1/sweeps/{record.id}/resume continues it from its last checkpoints"
+            return self._finish(record, "failed", None, lost)
         status = RAY_TO_STATUS.get(state.status, record.status)
         if status in ("succeeded", "failed", "cancelled"):
             return self._finish(record, status, state.status, state.message)
-        if status != record.status or state.status != record.ray_status:
+        if (status != record.status or state.status != record.ray_status
+                or record.message.startswith(RAY_UNREACHABLE)):
             return self.store.update(record, status=status, ray_status=state.status, message=state.message)
         return record
 
@@ -287,6 +306,35 @@ class ControlPlane:
         terminal = replace(record, status=status, ray_status=ray_status, message=message)
         reaped = self.track(self.reaper.reap(terminal)[0])
         return self.store.update(reaped, status=status, ray_status=ray_status, message=message)
+
+    # -- resume ---------------------------------------------------------------------------------
+
+    def resume(self, record: Submission) -> Submission:
+        """Continue a failed or cancelled sweep from its state (``sweeps.run --resume``: finished trials stay
+        finished, the others continue from their last checkpoints, in the same MLflow parent run) as a new Ray job
+        under the same id. Refused while anything of the old job may still run (two drivers on one sweep)."""
+        if record.kind != "sweep":
+            raise Conflict("only sweeps resume; submit the run again")
+        record = self.refresh(record)
+        if not record.finished or record.status == "succeeded":
+            raise Conflict(f"sweep {record.id} is {record.status}: only a failed or cancelled sweep resumes")
+        if record.settled_at is None:
+            record, leftovers = self.reaper.reap(record)
+            if not leftovers.clear:
+                raise Conflict(f"sweep {record.id} is still ending ({leftovers.describe()}); retry in a moment")
+        previous = record.ray_submission_id.rpartition("-resume-")
+        submission_id = f"gmts-{record.id}-resume-{int(previous[2]) + 1 if previous[1] else 1}"
+        try:
+            command = entrypoint("sweep", Path(record.job_file), output_dir(self.settings, record.id), resume=True)
+            self.jobs.submit(submission_id, command, env_vars=self._job_env(record.id),
+                             metadata={"gmts.api_id": record.id, "gmts.kind": "sweep", "gmts.name": record.name})
+        except (RayUnavailable, RuntimeError) as exc:
+            reason = str(exc) if isinstance(exc, RayUnavailable) else f"Ray refused the job: {str(exc)[:300]}"
+            raise Unavailable(reason) from None
+        logger.info("resumed sweep %s as Ray job %s (it was %s)", record.id, submission_id, record.status)
+        return self.store.update(record, status="pending", ray_submission_id=submission_id, ray_status=None,
+                                 message=f"resumed (it was {record.status}: {record.message[:300]})",
+                                 cancel_requested=False, quiet_since=None, settled_at=None, kill_notes="")
 
     # -- cancel ---------------------------------------------------------------------------------
 

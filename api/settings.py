@@ -43,6 +43,9 @@ class ApiSettings(BaseSettings):
     ray_auth_token: SecretStr | None = Field(None, description="Token of a RAY_AUTH_MODE=token cluster.")
     ray_auth_token_file: Path | None = None
     mlflow_tracking_uri: str | None = Field(None, description="None = sqlite:///<state_dir>/mlflow.db.")
+    storage: str | None = Field(None, description="Sweeps' durable state (records, Tune state, checkpoints): a "
+                                "folder every Ray node sees or an object store URI (s3://…); None = each sweep's "
+                                "output folder. Passed to jobs as GMTS_STORAGE.")
     mlflow_ui_url: str | None = Field(None, description="Base URL of the MLflow UI for links; None = the tracking URI if http(s).")
     max_body_bytes: int = Field(256 * 1024, ge=1024)
     access_log: bool = Field(False, description="uvicorn's access log, a line per request: off by default, as "

@@ -63,11 +63,16 @@ class PreparedJob:
     output_dir: Path | None = None  # the server's folder the job writes into; None: the user chose one
 
     def entrypoint(self, kind: str, job_file: Path, output_dir: Path) -> str:
-        # Constant commands; the only variable parts are paths this service generated. api.job
-        # validates the file again, then runs sweeps.run / orchestrator.train on it.
-        if kind == "sweep":
-            return f"python -m api.job sweep {shlex.quote(str(job_file))} --output-dir {shlex.quote(str(output_dir))}"
-        return f"python -m api.job run {shlex.quote(str(job_file))}"
+        return entrypoint(kind, job_file, output_dir)
+
+
+def entrypoint(kind: str, job_file: Path, output_dir: Path, resume: bool = False) -> str:
+    """The Ray job's command. Constant commands; the only variable parts are paths this service generated. api.job
+    validates the file again, then runs sweeps.run / orchestrator.train on it."""
+    if kind == "sweep":
+        command = f"python -m api.job sweep {shlex.quote(str(job_file))} --output-dir {shlex.quote(str(output_dir))}"
+        return f"{command} --resume" if resume else command
+    return f"python -m api.job run {shlex.quote(str(job_file))}"
 
 
 def confine(value: str | Path, field: str, roots: list[Path]) -> Path:

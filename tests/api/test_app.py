@@ -39,6 +39,7 @@ V1_CALLS = [
     ("GET", "/v1/sweeps/sw-0123456789abcdef/results"),
     ("GET", "/v1/sweeps/sw-0123456789abcdef/logs"),
     ("POST", "/v1/sweeps/sw-0123456789abcdef/cancel"),
+    ("POST", "/v1/sweeps/sw-0123456789abcdef/resume"),
     ("POST", "/v1/runs"),
     ("GET", "/v1/runs"),
     ("GET", "/v1/runs/run-0123456789abcdef"),
@@ -100,11 +101,15 @@ class _RefusingHandler(BaseHTTPRequestHandler):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("token", "says"), [("wrong-token", "rejected the token"), (None, "wants a token and got none")])
-def test_readiness_tells_a_refused_token_from_an_unreachable_ray(settings, monkeypatch, token, says) -> None:
+def test_readiness_tells_a_refused_token_from_an_unreachable_ray(settings, monkeypatch, tmp_path, token, says) -> None:
     """The real Ray Jobs client against a loopback server that answers like a token-auth Ray head refusing
     us (401/403). A stand-in, because the one real token-auth head of the suite is the slow integration
     test's (it checks the same there); starting another costs ~10 s and 0.6 GB per run of this test."""
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)  # else Ray's client adds a token of its own
+    # Else Ray's client adds a token of its own: from the environment, or from ~/.ray/auth_token where the
+    # machine's user keeps one.
+    for variable in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _RefusingHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -473,6 +478,60 @@ def test_records_survive_a_restart_and_are_reconciled_on_start_up(settings, jobs
         wait_for(lambda: store.get("sweep", lost["id"]).status == "failed", 30, 0.1, "start-up reconciliation")
         assert store.get("sweep", running["id"]).status == "succeeded"
         assert "Ray has no job" in store.get("sweep", lost["id"]).message
+
+
+def test_a_silent_ray_is_said_on_unfinished_records_and_a_replaced_cluster_fails_them(client, jobs) -> None:
+    """The head lost (the whole cluster with it): the reconciler cannot ask Ray, so the records say so instead of
+    showing 'running' as if nothing happened; once a new cluster answers without the job, the sweep fails with
+    what to do next (resume), at once rather than after the submission grace."""
+    sweep = _submit(client)
+    jobs.set(sweep["ray_submission_id"], "RUNNING")
+    reconcile(client)
+    jobs.available = False
+    reconcile(client)
+    silent = client.get(f"/v1/sweeps/{sweep['id']}").json()
+    assert silent["status"] == "running" and silent["message"].startswith("Ray unreachable since"), silent
+    reconcile(client)  # said once: the time is the first silent pass's
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["message"] == silent["message"]
+    jobs.available = True  # back as it was: the job's own message again
+    reconcile(client)
+    assert client.get(f"/v1/sweeps/{sweep['id']}").json()["message"] == ""
+    jobs.available = False
+    reconcile(client)
+    jobs.available = True
+    del jobs.jobs[sweep["ray_submission_id"]]  # a new cluster: it never heard of the job
+    reconcile(client)
+    lost = client.get(f"/v1/sweeps/{sweep['id']}").json()
+    assert lost["status"] == "failed", lost
+    assert "Ray has no job" in lost["message"] and f"/v1/sweeps/{sweep['id']}/resume" in lost["message"]
+    assert lost["links"]["resume"] == f"/v1/sweeps/{sweep['id']}/resume"
+
+
+def test_resume_continues_a_failed_or_cancelled_sweep_as_a_new_job(client, jobs) -> None:
+    sweep = _submit(client)
+    path = f"/v1/sweeps/{sweep['id']}/resume"
+    response = client.post(path)  # pending: nothing to resume
+    assert response.status_code == 409 and "pending" in response.json()["message"]
+    jobs.set(sweep["ray_submission_id"], "FAILED", "the driver's node died")
+    resumed = client.post(path)
+    assert resumed.status_code == 200, resumed.text
+    body = resumed.json()
+    assert body["id"] == sweep["id"] and body["status"] == "pending" and body["settled"] is False
+    assert body["ray_submission_id"] == f"gmts-{sweep['id']}-resume-1"
+    assert body["message"].startswith("resumed (it was failed: the driver's node died")
+    job = jobs.jobs[body["ray_submission_id"]]
+    original = jobs.jobs[sweep["ray_submission_id"]]
+    assert job["entrypoint"] == original["entrypoint"] + " --resume"  # the same job file and output folder
+    assert job["env_vars"] == original["env_vars"] and job["metadata"] == original["metadata"]
+    assert client.post(path).status_code == 409  # it runs again
+    client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    again = client.post(path)
+    assert again.status_code == 200 and again.json()["ray_submission_id"] == f"gmts-{sweep['id']}-resume-2"
+    jobs.set(again.json()["ray_submission_id"], "SUCCEEDED")
+    reconcile(client)
+    refused = client.post(path)
+    assert refused.status_code == 409 and "succeeded" in refused.json()["message"]
+    assert client.post("/v1/sweeps/sw-0123456789abcdef/resume").status_code == 404
 
 
 # -- cancel, logs, results ------------------------------------------------------------------------

@@ -48,6 +48,10 @@ def test_sweep_commands(gmts, jobs, served_app, tmp_path: Path) -> None:
     assert status == 0 and cancelled["status"] == "cancelled"
     status, _, err = gmts("sweep", "results", sweep["id"])
     assert status == 1 and "HTTP 409" in err and "was cancelled before it opened its MLflow parent run" in err
+    status, resumed, _ = gmts("sweep", "resume", sweep["id"], "--json")
+    assert status == 0 and resumed["status"] == "pending" and resumed["ray_submission_id"].endswith("-resume-1")
+    status, _, err = gmts("sweep", "resume", sweep["id"])  # it runs again: nothing to resume
+    assert status == 1 and "HTTP 409" in err and "only a failed or cancelled sweep resumes" in err
 
 
 @pytest.mark.slow

@@ -14,7 +14,10 @@
    actor of it, and its MLflow runs are KILLED (the reporting sweep: its parent KILLED, its finished
    trials FINISHED);
 6. a training run submitted with ``ray job submit`` but no tracking URI refuses to log into Ray's
-   temporary working-dir copy, naming MLFLOW_TRACKING_URI.
+   temporary working-dir copy, naming MLFLOW_TRACKING_URI;
+7. the node that holds a running sweep's driver — the head, where Ray Jobs runs drivers — is lost (every process
+   of it killed at once): the API says on the sweep that Ray does not answer; a new head comes up, and the sweep
+   is failed with a message naming its resume call; resumed through the API, it finishes from its own files.
 
 One Ray head, MLflow server and API process serve the whole module; the three start side by side.
 
@@ -187,11 +190,30 @@ class Stack:
         # The job's working directory is the head's: start it in the repository, like a user would.
         return self.processes.start(args, self.work / f"ray-head-{attempt}.log", env=env, cwd=REPO)
 
-    def _wait_ray(self) -> None:
+    def lose_ray(self) -> None:
+        """The head's machine lost: SIGKILL to the head and every process under it at once (its raylet, GCS,
+        dashboard, workers and the job drivers Ray started in sessions of their own), no stop of any kind."""
+        pids = [self.ray.pid, *_descendants(self.ray.pid)]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.ray.wait(timeout=30)
+        self.processes.started.remove(self.ray)
+        wait_for(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                                 for pid in pids), 30, what="the lost head's processes to be gone")
+
+    def new_ray(self, first_attempt: int) -> None:
+        """A new head on the same Jobs API address (as a recreated cluster behind the same service name)."""
+        self.ray = self._launch_ray(attempt=first_attempt)
+        self._wait_ray(first_attempt)
+
+    def _wait_ray(self, first_attempt: int = 0) -> None:
         # On a loaded machine the raylet may miss Ray's fixed 30 s registration window ("The current node
         # timed out during startup") after the dashboard already answered: the head is up only once `ray
         # start` says "Ray runtime started"; a head that died starting is started again (3 tries).
-        for attempt in range(3):
+        for attempt in range(first_attempt, first_attempt + 3):
             proc, log = self.ray, self.work / f"ray-head-{attempt}.log"
 
             def up() -> bool:
@@ -207,7 +229,7 @@ class Stack:
             if proc.poll() is None:
                 return
             self.processes.stop(proc)
-            assert attempt < 2, log.read_text()[-3000:]
+            assert attempt < first_attempt + 2, log.read_text()[-3000:]
             self.ray = self._launch_ray(attempt + 1)
 
     def _launch_mlflow(self) -> subprocess.Popen:
@@ -554,3 +576,35 @@ def test_ray_job_submit_without_a_tracking_uri_refuses_ray_s_temporary_copy(ray_
     assert done.returncode != 0 and _ray_status(ray_head, name) == "FAILED"
     logs = " ".join((done.stdout + done.stderr).split())
     assert "MLFLOW_TRACKING_URI is not set either" in logs and "runtime_resources/working_dir_files" in logs
+
+
+def test_a_lost_head_fails_the_sweep_and_resume_finishes_it(stack: Stack, api: ApiProcess, ray_head: str,
+                                                             mlflow_server: str, work: Path) -> None:
+    """Runs last: it replaces the module's Ray head."""
+    sweep = api.call("POST", "/v1/sweeps", json=_sweep("it-lost", methods=("gmts",))).json()
+    tune_state = work / "state" / "runs" / sweep["id"] / "ray_results" / sweep["id"]
+    # The trial runs (its MLflow run is open) and Tune has written the sweep's state: what --resume continues from.
+    wait_for(lambda: _status(api, sweep["id"])["trials"]["running"] == 1 and any(tune_state.glob("experiment_state*")),
+             600, 2, "the sweep's trial to run")
+    stack.lose_ray()
+    silent = wait_for(lambda: (s := _status(api, sweep["id"]))["message"].startswith("Ray unreachable since") and s,
+                      60, 1, "the API to say that Ray does not answer")
+    assert silent["status"] == "running"  # the last status Ray gave, and the message says so
+    assert api.call("GET", "/readyz").json()["ray"].startswith("unreachable")
+
+    stack.new_ray(first_attempt=10)
+    lost = wait_for(lambda: (s := _status(api, sweep["id"]))["status"] == "failed" and s, 120, 1,
+                    "the sweep to be failed once a new cluster answers without its job")
+    assert "Ray has no job" in lost["message"] and f"/v1/sweeps/{sweep['id']}/resume" in lost["message"], lost
+    resumed = api.call("POST", lost["links"]["resume"])
+    assert resumed.status_code == 200, resumed.text
+    assert resumed.json()["ray_submission_id"] == f"gmts-{sweep['id']}-resume-1"
+    final = wait_for(lambda: (s := _status(api, sweep["id"]))["status"] in ("succeeded", "failed", "cancelled") and s,
+                     900, 5, "the resumed sweep to finish")
+    logs = api.call("GET", f"/v1/sweeps/{sweep['id']}/logs", params={"tail": 400}).json()["lines"]
+    assert final["status"] == "succeeded", "\n".join(logs[-60:])
+    assert any(f"resuming sweep {sweep['id']}" in line for line in logs), "\n".join(logs[-60:])
+    assert final["trials"]["finished"] == 1 and final["mlflow"]["run_id"] == lost["mlflow"]["run_id"]
+    assert MlflowClient(mlflow_server).get_run(final["mlflow"]["run_id"]).info.status == "FINISHED"
+    results = api.call("GET", f"/v1/sweeps/{sweep['id']}/results").json()
+    assert results["complete"] and results["results"], results

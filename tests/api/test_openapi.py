@@ -46,12 +46,18 @@ headers = {{ Authorization = "Bearer {token}" }}
 sweep_id = "{sweep_id}"
 run_id = "{run_id}"
 
+# Resume answers a valid request by the sweep's state: 409 while it is pending or running, or once it succeeded.
+[[operations]]
+include-name = "POST /v1/sweeps/{{sweep_id}}/resume"
+checks.positive_data_acceptance.expected-statuses = ["2XX", "404", "409"]
+
 [[operations]]
 include-path-regex = "^/v1/(sweeps|runs)$"
 include-method = "POST"
 checks.positive_data_acceptance.expected-statuses = ["2XX", "413", "422"]
 # 413 is a rejection too (schemathesis' default list for schema-violating bodies lacks it)
 checks.negative_data_rejection.expected-statuses = ["400", "401", "404", "405", "409", "413", "415", "422", "5XX"]
+
 """
 
 
@@ -78,7 +84,7 @@ def test_schemathesis_finds_nothing(settings_, jobs, tmp_path: Path) -> None:
     stateful = report.find("Stateful (")
     print(report[stateful:stateful + 300], report.split("SUMMARY")[-1])  # phases, links covered, test cases
     assert done.returncode == 0, report[:20000]
-    assert "Selected: 13/13" in report and "Tested: 13" in report  # 11 under /v1, /healthz, /readyz
+    assert "Selected: 14/14" in report and "Tested: 14" in report  # 12 under /v1, /healthz, /readyz
     assert "Failures:" not in report and "Errors:" not in report, report[-8000:]
 
 
