@@ -120,6 +120,9 @@ class EvaluationConfig(_Strict):
 class CheckpointConfig(_Strict):
     interval: int = Field(0, ge=0, description="Save every N steps (0 = never); a killed run loses < N steps.")
     keep_last: int = Field(2, ge=1)
+    node_local: bool = Field(False, description="Each node sees only its own disk under output_dir (a sweep on an "
+                             "object store sets it): learner ranks on other nodes send their checkpoint files to the "
+                             "run's driver after a save and get the folder back before a resume.")
 
 
 # Names of runs, sweeps and MLflow experiments: they become folder names, MLflow search filters and

@@ -264,7 +264,7 @@ def _restore(restored: tuple[Path, dict], config: ExperimentConfig, workers: Wor
     (next group id, batches held ahead: ``RolloutAhead.state_dict``) and the base's recorded answers (None if the
     run never recorded them)."""
     folder, state = restored
-    workers.learners.load_checkpoint(folder)
+    workers.learners.load_checkpoint(folder, node_local=config.checkpoint.node_local)
     sampler.load_state_dict(state["sampler"])
     workers.weights.push()
     base_file = config.run_dir / BASE_REFERENCE_FILE
@@ -327,7 +327,7 @@ def _reserve_bundles(config: ExperimentConfig, timeout_s: float = PLACEMENT_TIME
 def _save(config: ExperimentConfig, workers: Workers, sampler: PromptSampler, step: int, ahead: RolloutAhead,
           tracker: RunTracker) -> Path:
     folder = checkpointing.step_dir(config.run_dir, step)
-    workers.learners.save_checkpoint(folder)
+    workers.learners.save_checkpoint(folder, node_local=config.checkpoint.node_local)
     checkpointing.write_run_state(folder, {"step": step, **ahead.state_dict(), "sampler": sampler.state_dict(),
                                            "mlflow_run_id": tracker.run_id})
     # Metrics go to MLflow only once the checkpoint that covers them exists (see tracking.py).

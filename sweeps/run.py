@@ -1,6 +1,7 @@
 """Run an ablation sweep with Ray Tune and report it in MLflow.
 
-    python -m sweeps.run SPEC [--set key=value …] [--resume [SWEEP_ID]] [--output-dir DIR] [--address ADDR]
+    python -m sweeps.run SPEC [--set key=value …] [--resume [SWEEP_ID]] [--output-dir DIR] [--storage URI]
+                         [--address ADDR]
     ray job submit --working-dir . -- python -m sweeps.run SPEC …
 
 SPEC is a shipped spec name (``sweeps/specs/*.yaml``) or a YAML path; ``--set`` overrides fields of
@@ -13,6 +14,7 @@ the spec (``--set max_concurrent_trials=2``, ``--set base.overrides.training.ste
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
@@ -24,7 +26,12 @@ def _parser() -> argparse.ArgumentParser:
         "--resume", nargs="?", const=True, default=False, metavar="SWEEP_ID",
         help="continue the newest interrupted sweep of SPEC (or SWEEP_ID): only unfinished trials rerun",
     )
-    parser.add_argument("--output-dir", type=Path, default=Path("runs"), help="sweep folders and the default MLflow store")
+    parser.add_argument("--output-dir", type=Path, help="sweep folders and the default MLflow store (default: runs; "
+                        "on a cluster of several nodes, a folder they all mount, or give --storage)")
+    parser.add_argument("--storage", default=os.environ.get("GMTS_STORAGE") or None, metavar="URI",
+                        help="where the sweep's record, Tune's state, the trials' checkpoints and a local MLflow "
+                        "store's artifacts go: a folder every node sees, or an object store (s3://bucket/prefix, "
+                        "credentials and endpoint from the AWS_* environment); default $GMTS_STORAGE, else --output-dir")
     parser.add_argument("--sweep-id", help="id of the new sweep (folders, gmts.sweep_id tag, parent run name); "
                         "default <spec name>-<UTC time>. The API passes its own sw-… id")
     parser.add_argument("--address", help="Ray cluster address (default: $RAY_ADDRESS, else an embedded local Ray)")
@@ -38,7 +45,6 @@ def _parser() -> argparse.ArgumentParser:
 if __name__ == "__main__":
     _parser().parse_args()
 
-import os
 import shlex
 import sys
 
@@ -53,6 +59,7 @@ from sweeps.labels import trial_label
 from sweeps.runner import PreparedSweep, prepare_sweep, run_sweep
 from sweeps.spec import AXES, load_spec
 
+DEFAULT_OUTPUT_DIR = Path("runs")
 EXIT_TRIAL_FAILED = 1
 EXIT_BAD_SPEC = 2
 EXIT_INTERRUPTED = 3
@@ -67,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec, args.set)
         if args.sweep_id and args.resume:
             raise ConfigError("--sweep-id names a new sweep; to continue one, pass its id to --resume")
-        prepared = prepare_sweep(spec, args.output_dir, args.resume, args.sweep_id)
+        # A sweep on several nodes needs its state where they all read it: never ./runs of this node unless asked.
+        prepared = prepare_sweep(spec, args.output_dir or DEFAULT_OUTPUT_DIR, args.resume, args.sweep_id, args.storage,
+                                 storage_chosen=bool(args.output_dir or args.storage))
     except ConfigError as exc:
         console.print(f"[red]invalid sweep:[/] {exc}", highlight=False, soft_wrap=True)
         return EXIT_BAD_SPEC
@@ -86,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[yellow]interrupted; {len(outcome.unfinished)} trial(s) unfinished:[/] {', '.join(outcome.unfinished)}")
     if outcome.failed or outcome.unfinished:
         command = ["python", "-m", "sweeps.run", args.spec, *(f"--set={item}" for item in args.set),
-                   f"--output-dir={args.output_dir}", f"--resume={outcome.sweep_id}"]
+                   f"--output-dir={args.output_dir or DEFAULT_OUTPUT_DIR}",
+                   *([f"--storage={args.storage}"] if args.storage else []),
+                   f"--resume={outcome.sweep_id}"]
         console.print(f"Rerun only the unfinished trials with: {shlex.join(command)}", highlight=False, soft_wrap=True)
         return EXIT_TRIAL_FAILED if outcome.failed else EXIT_INTERRUPTED
     console.print(f"[green]all {outcome.trials} trial(s) finished[/]")
@@ -104,7 +115,9 @@ def _print_plan(prepared: PreparedSweep, console: Console) -> None:
     for trial in prepared.trials:
         table.add_row(trial.name, trial_label(trial.point), *(str(trial.point.get(axis, "—")) for axis in axes))
     console.print(table)
-    console.print(f"MLflow: {prepared.record.tracking_uri}   files: {prepared.layout.sweep_dir}", highlight=False)
+    storage = f"   storage: {prepared.layout.durable.uri}" if prepared.layout.durable.remote else ""
+    console.print(f"MLflow: {prepared.record.tracking_uri}   files: {prepared.layout.sweep_dir}{storage}",
+                  highlight=False)
 
 
 if __name__ == "__main__":

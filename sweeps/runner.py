@@ -21,6 +21,7 @@ from orchestrator.resources import run_bundles
 from sweeps.labels import method_color, trial_label
 from sweeps.layout import SweepLayout, SweepRecord, find_record, new_record, save_record
 from sweeps.spec import SweepSpec, Trial, expand, trial_name
+from sweeps.storage import SweepStorage
 from sweeps.tracking import (
     SPEC_NAME_TAG,
     SWEEP_ID_TAG,
@@ -45,6 +46,7 @@ class PreparedSweep:
     layout: SweepLayout
     trials: list[Trial]
     resume: bool
+    storage_chosen: bool = True  # False: the caller's default folder, refused on a cluster of several nodes
 
 
 @dataclass(frozen=True)
@@ -58,22 +60,26 @@ class SweepOutcome:
 
 
 def prepare_sweep(spec: SweepSpec, output_dir: Path, resume: bool | str = False,
-                  sweep_id: str | None = None) -> PreparedSweep:
+                  sweep_id: str | None = None, storage: str | Path | None = None,
+                  storage_chosen: bool = True) -> PreparedSweep:
     """Validate the spec, every trial config and the resume target; touches nothing yet.
 
     ``resume``: False (a new sweep), True (the newest sweep of this spec) or a sweep id.
     ``sweep_id``: the id of a new sweep (default: spec name + UTC time).
+    ``storage``: where the sweep's durable state goes (``sweeps.storage``; default ``output_dir``).
+    ``storage_chosen``: False when neither was the user's choice (a default folder of this machine).
     """
     output_dir = Path(output_dir).resolve()
+    durable = SweepStorage.at(storage if storage is not None else output_dir)
     if resume:
-        record = find_record(output_dir, spec, None if resume is True else str(resume))
+        record = find_record(output_dir, spec, None if resume is True else str(resume), durable)
     else:
-        record = new_record(spec, output_dir, resolve_tracking_uri(spec, output_dir), sweep_id)
-    layout = SweepLayout(output_dir, record.sweep_id)
+        record = new_record(spec, output_dir, resolve_tracking_uri(spec, output_dir), sweep_id, durable)
+    layout = SweepLayout(output_dir, record.sweep_id, durable)
     if resume and not can_restore(layout):
         raise ConfigError(f"--resume: sweep {record.sweep_id!r} has no Ray Tune state in {layout.tune_dir} to resume")
     trials = expand(spec, output_dir=layout.sweep_dir)
-    return PreparedSweep(record, layout, trials, bool(resume))
+    return PreparedSweep(record, layout, trials, bool(resume), storage_chosen)
 
 
 def run_sweep(prepared: PreparedSweep, spec: SweepSpec, address: str | None = None) -> SweepOutcome:
@@ -81,10 +87,11 @@ def run_sweep(prepared: PreparedSweep, spec: SweepSpec, address: str | None = No
     started_ray = connect_ray(address)
     try:
         check_capacity(prepared.trials, embedded=started_ray)
+        check_storage(prepared)
         save_record(record, layout)
         client = MlflowClient(record.tracking_uri)
         experiment_id = ensure_experiment(
-            client, spec.experiment, artifact_root_for(record.tracking_uri, layout.output_dir)
+            client, spec.experiment, artifact_root_for(record.tracking_uri, layout.durable)
         )
         parent = open_parent_run(
             client,
@@ -159,6 +166,21 @@ def connect_ray(address: str | None) -> bool:
         return False
     start_embedded(runtime_env=console_logs.runtime_env(), **quiet)
     return True
+
+
+def check_storage(prepared: PreparedSweep) -> None:
+    """On several nodes a trial restarts wherever its bundles fit, and resumes only from state that node can read:
+    refuse this machine's default folder, warn that a chosen folder must be mounted by every node."""
+    nodes = sum(1 for node in ray.nodes() if node["Alive"])
+    durable = prepared.layout.durable
+    if nodes < 2 or durable.remote:
+        return
+    if not prepared.storage_chosen:
+        raise ConfigError(f"the cluster has {nodes} nodes and the sweep's state would go to {durable.uri}, a folder "
+                          f"of this machine: pass --storage s3://bucket/prefix (or $GMTS_STORAGE), or --output-dir "
+                          f"on storage every node mounts")
+    logger.warning("sweep %s: %d Ray nodes, storage %s: a trial restarted on another node resumes only if every node "
+                   "mounts that folder (else pass --storage s3://…)", prepared.record.sweep_id, nodes, durable.uri)
 
 
 def check_capacity(trials: list[Trial], *, embedded: bool) -> None:

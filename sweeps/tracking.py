@@ -18,6 +18,7 @@ from mlflow.entities import Param, Run, RunStatus, RunTag
 
 if TYPE_CHECKING:  # the spec pulls in the experiment config (torch): sweeps.report reads runs without it
     from sweeps.spec import SweepSpec
+    from sweeps.storage import SweepStorage
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +60,8 @@ def default_tracking_uri(output_dir: Path) -> str:
     return f"sqlite:///{(Path(output_dir) / 'mlflow.db').resolve()}"
 
 
-def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | None) -> str:
-    """The experiment's id, creating it with an absolute artifact location when it is new.
+def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | str | None) -> str:
+    """The experiment's id, creating it with an absolute artifact location (a folder or a URI) when it is new.
 
     With a SQLite store MLflow would otherwise put artifacts under ``./mlruns`` of whichever
     process creates the experiment; trial processes run in Ray Tune's trial folders.
@@ -70,14 +71,16 @@ def ensure_experiment(client: MlflowClient, name: str, artifact_root: Path | Non
         if EXPERIMENT_KIND_TAG not in experiment.tags:
             client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
         return experiment.experiment_id
-    location = None if artifact_root is None else Path(artifact_root).resolve().as_uri()
+    location = (artifact_root if isinstance(artifact_root, str) or artifact_root is None
+                else Path(artifact_root).resolve().as_uri())
     return client.create_experiment(name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
 
 
-def artifact_root_for(tracking_uri: str, output_dir: Path) -> Path | None:
-    """Local artifacts beside a local store; a tracking server keeps its own artifact root."""
+def artifact_root_for(tracking_uri: str, storage: SweepStorage) -> str | None:
+    """A local store's artifacts go to the sweep's storage (``mlartifacts/`` there: a folder beside the store, or
+    the object store); a tracking server keeps its own artifact root."""
     if tracking_uri.startswith(("sqlite:", "file:")) or "://" not in tracking_uri:
-        return Path(output_dir) / "mlartifacts"
+        return storage.uri_of("mlartifacts")
     return None
 
 

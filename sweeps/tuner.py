@@ -22,15 +22,15 @@ from sweeps.trial_progress import TrialProgressBars
 TRIAL_KEY = "trial"
 
 
-def trainable(configs: dict[str, dict[str, Any]]) -> Any:
-    with_configs = tune.with_parameters(run_trial, configs=configs)
+def trainable(configs: dict[str, dict[str, Any]], layout: SweepLayout) -> Any:
+    with_configs = tune.with_parameters(run_trial, configs=configs, checkpoints_travel=layout.durable.remote)
     return tune.with_resources(with_configs, resources=functools.partial(trial_resources, configs=configs))
 
 
 def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
     configs = _configs(trials)
     return tune.Tuner(
-        trainable(configs),
+        trainable(configs, layout),
         param_space={TRIAL_KEY: tune.grid_search([trial.name for trial in trials])},
         tune_config=tune.TuneConfig(max_concurrent_trials=spec.max_concurrent_trials,
                                     trial_name_creator=functools.partial(_status_name, status_labels(trials)),
@@ -40,9 +40,11 @@ def build_tuner(spec: SweepSpec, trials: list[Trial], layout: SweepLayout) -> tu
                                     reuse_actors=True),
         run_config=tune.RunConfig(
             name=layout.sweep_id,
-            storage_path=str(layout.tune_storage),
+            storage_path=layout.tune_storage,
+            storage_filesystem=layout.tune_filesystem,
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
-            # Tune's checkpoints are only markers (the real ones live in each run_dir): keep the last.
+            # Tune's checkpoints are markers (the real ones live in each run_dir), or with an object store the
+            # real ones: a restarted trial needs only the last.
             checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
             verbose=1,
             callbacks=[progress_callback(trials)],  # pickled with the sweep's state: --resume brings it back
@@ -57,13 +59,14 @@ def progress_callback(trials: list[Trial]) -> TrialProgressBars:
 
 
 def can_restore(layout: SweepLayout) -> bool:
-    return tune.Tuner.can_restore(str(layout.tune_dir))
+    return tune.Tuner.can_restore(layout.tune_dir, storage_filesystem=layout.tune_filesystem)
 
 
 def restore_tuner(trials: list[Trial], layout: SweepLayout) -> tune.Tuner:
     """Reopen an interrupted sweep: finished trials stay finished, the others continue."""
     return tune.Tuner.restore(
-        str(layout.tune_dir), trainable(_configs(trials)), resume_unfinished=True, resume_errored=True
+        layout.tune_dir, trainable(_configs(trials), layout), resume_unfinished=True, resume_errored=True,
+        storage_filesystem=layout.tune_filesystem,
     )
 
 

@@ -13,6 +13,10 @@ from sweeps import run as sweep_cli
 from sweeps.layout import SweepLayout, find_record, new_record, save_record
 from sweeps.runner import prepare_sweep
 from sweeps.spec import load_spec
+from sweeps.storage import SweepStorage
+from tests.sweeps.s3_server import environment, object_keys, s3_server
+
+BUCKET = "gmts-layout"
 
 
 def _save(spec, output: Path, shift_seconds: int = 0):
@@ -85,3 +89,48 @@ def test_a_trial_larger_than_the_embedded_cluster_fails_before_any_trial(write_s
     assert "does not fit the cluster" in message and "resources.cpus_per_rollout_actor" in message
     assert not ray.is_initialized()  # the embedded Ray was shut down again
     assert not (output / "mlflow.db").exists()  # no parent run was opened
+
+
+@pytest.fixture(scope="module")
+def s3_env():
+    with s3_server(BUCKET) as env, environment(env):
+        yield env
+
+
+@pytest.mark.slow  # starts a server
+def test_records_in_an_object_store_are_what_resume_reads(write_spec, tmp_path: Path, s3_env) -> None:
+    """With --storage s3://… the record is written there too, and --resume reads it there alone: the local
+    output folder may be gone (the driver's node was lost)."""
+    spec = load_spec(write_spec(grid={"method": ["ets"], "ratio": [0.2]}))
+    storage = SweepStorage.at(f"s3://{BUCKET}/sweeps")
+    assert storage.remote and storage.uri_of("mlartifacts") == f"s3://{BUCKET}/sweeps/mlartifacts"
+    first = prepare_sweep(spec, tmp_path / "local-a", storage=storage.uri)
+    save_record(first.record, first.layout)
+    files = sorted(key for key in object_keys(s3_env, BUCKET) if not key.endswith("/"))  # "/": pyarrow's folders
+    assert files == [f"sweeps/{first.record.sweep_id}/{name}" for name in ("spec.yaml", "sweep.json")]
+    assert first.layout.tune_dir == f"{BUCKET}/sweeps/ray_results/{first.record.sweep_id}"
+    assert first.layout.tune_filesystem is not None
+    # Another machine, an empty output folder: the newest sweep of the spec, or the one named, from the store.
+    elsewhere = tmp_path / "local-b"
+    assert find_record(elsewhere, spec, storage=storage).sweep_id == first.record.sweep_id
+    assert find_record(elsewhere, spec, first.record.sweep_id, storage).spec_hash == spec.spec_hash()
+    # A new sweep's id is checked against the store too, not only the local folder.
+    with pytest.raises(ConfigError, match="exists"):
+        prepare_sweep(spec, elsewhere, sweep_id=first.record.sweep_id, storage=storage.uri)
+    with pytest.raises(ConfigError, match="no sweep 'nope'"):
+        find_record(elsewhere, spec, "nope", storage)
+    with pytest.raises(ConfigError, match="no Ray Tune state"):  # a record alone is not a resumable sweep
+        prepare_sweep(spec, elsewhere, resume=True, storage=storage.uri)
+
+
+def test_a_storage_that_is_no_folder_nor_uri_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--storage: 'nosuch://x'"):
+        SweepStorage.at("nosuch://x")
+
+
+def test_a_folder_storage_is_the_output_dir_layout(tmp_path: Path) -> None:
+    """The default: the layout of every sweep so far (Tune opens the folder itself)."""
+    layout = SweepLayout(tmp_path, "s1")
+    assert not layout.durable.remote and layout.tune_filesystem is None
+    assert layout.tune_dir == str(tmp_path.resolve() / "ray_results" / "s1")
+    assert layout.durable.uri_of("mlartifacts") == (tmp_path.resolve() / "mlartifacts").as_uri()

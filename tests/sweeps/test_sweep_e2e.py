@@ -14,9 +14,12 @@ learner rank 0 to the engine, cross nodes. The CLI runs in a subprocess attached
      trial from that checkpoint on the nodes alive;
    - after trial 1's first checkpoint its rollout actor's process (the vLLM engine) is killed (SIGKILL);
    - as Tune restarts trial 1, the sweep itself is interrupted (SIGINT, as Ctrl-C); the whole cluster is then
-     recreated, and ``--resume`` on the new one reruns only trial 1, from the checkpoint Tune's restart began from,
-     and finishes the sweep.
-   Each step is logged once, and both trials end with the undisturbed sweep's metrics, to the bit.
+     recreated and the sweep's local folder deleted (as with the driver's node lost), and ``--resume`` on the new
+     cluster reruns only trial 1, from the checkpoint Tune's restart began from, and finishes the sweep.
+   This sweep keeps its durable state in an S3-compatible object store (``--storage s3://…``: moto's server on
+   loopback, ``tests/sweeps/s3_server.py``): the record, Tune's state, each trial's real checkpoint and MLflow's
+   artifacts; ``--resume`` finds all of it there. Each step is logged once, and both trials end with the
+   undisturbed sweep's metrics, to the bit.
 
 Both sweeps roll out one step ahead of their learners (``rollout.max_staleness: 1``), so each fault strikes while a
 batch is being collected beside the update: the resumed trial continues from the batch its checkpoint held, and the
@@ -30,11 +33,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 import ray
 import yaml
@@ -45,6 +50,7 @@ from ray.cluster_utils import Cluster
 from orchestrator.cluster import loopback_only
 from sweeps.tracking import PARENT_TAG, SWEEP_ID_TAG
 from tests.sweeps.cli_process import wait_for
+from tests.sweeps.s3_server import environment, object_keys, s3_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -53,6 +59,8 @@ STEPS, CHECKPOINT_EVERY = 4, 2
 WORKER_NODES = 3
 METHODS = ("ets", "gmts")
 RESTARTED = "{}: restarted by Tune after step"  # sweeps.trainable logs it as a restarted attempt begins
+BUCKET = "gmts-e2e"
+STORAGE = f"s3://{BUCKET}/sweeps"
 PRESET = {
     "extends": "cpu-tiny-s",
     "warmup": {"enabled": False},  # the plumbing is under test, not learning: skip the supervised warm-up
@@ -103,9 +111,9 @@ def _cli(cluster: Cluster, spec: Path, out: Path, *more: str) -> list[str]:
             *more]
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI")}
-    return {**env, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+def _env(**more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "MLFLOW_TRACKING_URI", "GMTS_STORAGE")}
+    return {**env, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **more}
 
 
 def _actors(class_name: str, alive_only: bool = False) -> list[dict]:
@@ -125,11 +133,13 @@ def _new_alive(class_name: str, known: set[str]) -> list[dict]:
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory: pytest.TempPathFactory):
     ray.shutdown()  # the suite's shared embedded Ray (tests/conftest.py), were it up: this module needs its own
-    cluster = _start_cluster()
-    try:
-        yield _run_sweeps(cluster, tmp_path_factory.mktemp("e2e"))
-    finally:
-        _stop_cluster(cluster)
+    # The store's environment before any node starts: the trials' processes inherit it from their raylets.
+    with s3_server(BUCKET) as s3_env, environment(s3_env):
+        cluster = _start_cluster()
+        try:
+            yield {**_run_sweeps(cluster, tmp_path_factory.mktemp("e2e")), "s3_env": s3_env}
+        finally:
+            _stop_cluster(cluster)
 
 
 def _run_sweeps(cluster: Cluster, tmp: Path) -> dict:
@@ -138,6 +148,9 @@ def _run_sweeps(cluster: Cluster, tmp: Path) -> dict:
     spec.write_text(yaml.safe_dump({"name": "e2e", "base": {"preset": str(tmp / "preset.yaml")}, "max_failures": 2,
                                     "grid": {"method": list(METHODS), "ratio": [0.2], "mode": ["top"], "seed": [0]}}))
 
+    # Neither --output-dir nor --storage on a cluster of several nodes: refused before anything is written.
+    refused = subprocess.run([sys.executable, "-m", "sweeps.run", str(spec), "--address", cluster.address], cwd=tmp,
+                             env=_env(), check=False, capture_output=True, text=True, timeout=300)
     undisturbed = subprocess.run(_cli(cluster, spec, tmp / "undisturbed"), cwd=REPO, env=_env(), check=False,
                                  capture_output=True, text=True, timeout=900)
     assert undisturbed.returncode == 0, (undisturbed.stdout + undisturbed.stderr)[-5000:]
@@ -147,9 +160,13 @@ def _run_sweeps(cluster: Cluster, tmp: Path) -> dict:
               for role in ("LearnerEngine", "RolloutEngine", "RewardWorker")}
     known = {role: {actor for _, actor in actors} for role, actors in placed.items()}
 
-    out, log_file = tmp / "faulted", tmp / "first.log"
+    # The faulted sweep's MLflow store is its own (a new experiment, whose artifacts go to the object store), outside
+    # its output folder, which is deleted before --resume.
+    out, log_file, tracking_uri = tmp / "faulted", tmp / "first.log", f"sqlite:///{tmp / 'faulted-mlflow.db'}"
+    faulted_env = _env(MLFLOW_TRACKING_URI=tracking_uri)
     with open(log_file, "w") as log:
-        proc = subprocess.Popen(_cli(cluster, spec, out), cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(_cli(cluster, spec, out, "--storage", STORAGE), cwd=REPO, env=faulted_env, stdout=log,
+                                stderr=subprocess.STDOUT)
         try:
             sweep_dir = wait_for(lambda: next(iter(out.glob("e2e-*/sweep.json")), None), proc, 120,
                                  "sweep.json").parent
@@ -185,12 +202,14 @@ def _run_sweeps(cluster: Cluster, tmp: Path) -> dict:
     interrupted_at = max(step for step in range(CHECKPOINT_EVERY, STEPS + 1, CHECKPOINT_EVERY)
                          if _checkpoint(sweep_dir, "e2e-t001", step).is_file())
     alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-    # The whole cluster recreated, as after losing its head: --resume continues from --output-dir alone.
+    # The whole cluster recreated, as after losing its head, and the local folder gone with the driver's node:
+    # --resume continues from the object store alone.
     _stop_cluster(cluster)  # stopping it again at the fixture's end does nothing
+    shutil.rmtree(out)
     fresh = _start_cluster()
     try:
-        resumed = subprocess.run(_cli(fresh, spec, out, "--resume"), cwd=REPO, env=_env(), check=False,
-                                 capture_output=True, text=True, timeout=900)
+        resumed = subprocess.run(_cli(fresh, spec, out, "--storage", STORAGE, "--resume"), cwd=REPO, env=faulted_env,
+                                 check=False, capture_output=True, text=True, timeout=900)
     finally:
         _stop_cluster(fresh)
     return {
@@ -198,13 +217,14 @@ def _run_sweeps(cluster: Cluster, tmp: Path) -> dict:
         "out": out, "sweep_dir": sweep_dir, "sweep_id": sweep_dir.name, "undisturbed_out": tmp / "undisturbed",
         "first_rc": first_rc, "first_log": log_file.read_text(), "interrupted_at": interrupted_at,
         "resume_rc": resumed.returncode, "resume_log": resumed.stdout + resumed.stderr,
-        "client": MlflowClient(f"sqlite:///{out / 'mlflow.db'}"),
+        "tracking_uri": tracking_uri, "reference_tracking_uri": f"sqlite:///{tmp / 'undisturbed' / 'mlflow.db'}",
+        "refused": refused, "refused_wrote": (tmp / "runs").exists(),
     }
 
 
-def _children(out: Path) -> tuple[MlflowClient, object, list]:
+def _children(tracking_uri: str) -> tuple[MlflowClient, object, list]:
     """The sweep's MLflow client, parent run and child runs."""
-    client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri)
     ids = [e.experiment_id for e in client.search_experiments()]
     parents = [p for p in client.search_runs(ids, f"tags.`{SWEEP_ID_TAG}` != ''") if PARENT_TAG not in p.data.tags]
     assert len(parents) == 1
@@ -214,9 +234,11 @@ def _children(out: Path) -> tuple[MlflowClient, object, list]:
 def _attempt_starts(sweep: dict, trial: str) -> tuple[list[int], list[dict]]:
     """The first step of each attempt of ``trial``, from Tune's own record of its reports (the first report of
     an attempt has iterations_since_restore == 1), and those reports."""
-    tune_dir = sweep["out"] / "ray_results" / sweep["sweep_id"]
-    result_file = next(tune_dir.glob(f"*trial={trial}*/result.json"))
-    rows = [json.loads(line) for line in result_file.read_text().splitlines() if line.strip()]
+    filesystem, tune_dir = pafs.FileSystem.from_uri(f"{STORAGE}/ray_results/{sweep['sweep_id']}")
+    trial_dir = next(info.path for info in filesystem.get_file_info(pafs.FileSelector(tune_dir))
+                     if f"trial={trial}" in info.base_name)
+    with filesystem.open_input_stream(f"{trial_dir}/result.json") as stream:
+        rows = [json.loads(line) for line in stream.read().decode().splitlines() if line.strip()]
     return [row["step"] for row in rows if row["iterations_since_restore"] == 1], rows
 
 
@@ -230,6 +252,14 @@ def test_actors_of_a_trial_are_spread_over_nodes(sweeps: dict) -> None:
         assert len(set(ranks)) == 2, "the two learner ranks shared a node"
         assert rollout_nodes[trial] not in ranks, "the rollout engine shared a node with a learner rank"
     assert len(set(learner_nodes) | set(rollout_nodes)) == WORKER_NODES
+
+
+def test_a_cluster_sweep_without_chosen_storage_is_refused(sweeps: dict) -> None:
+    refused = sweeps["refused"]
+    said = " ".join((refused.stdout + refused.stderr).split())
+    assert refused.returncode == 2, said[-3000:]
+    assert f"the cluster has {WORKER_NODES + 1} nodes" in said and "pass --storage s3://bucket/prefix" in said
+    assert not sweeps["refused_wrote"]
 
 
 def test_interrupted_sweep_resumes_and_finishes(sweeps: dict) -> None:
@@ -275,7 +305,7 @@ def test_killed_rollout_trial_resumed_from_its_checkpoint(sweeps: dict) -> None:
 
 
 def test_parent_and_children_in_mlflow(sweeps: dict) -> None:
-    client, parent, children = _children(sweeps["out"])
+    client, parent, children = _children(sweeps["tracking_uri"])
     assert parent.info.status == "FINISHED"
     params = parent.data.params
     assert params["spec_name"] == "e2e" and params["grid_size"] == "2" and len(params["spec_hash"]) == 12
@@ -292,8 +322,8 @@ def test_parent_and_children_in_mlflow(sweeps: dict) -> None:
 
 
 def test_each_step_once_and_the_faulted_trials_end_as_the_undisturbed_ones(sweeps: dict) -> None:
-    client, _, children = _children(sweeps["out"])
-    reference_client, _, reference_children = _children(sweeps["undisturbed_out"])
+    client, _, children = _children(sweeps["tracking_uri"])
+    reference_client, _, reference_children = _children(sweeps["reference_tracking_uri"])
     reference = {child.data.params["method"]: child for child in reference_children}
     for child in children:
         method = child.data.params["method"]
@@ -313,7 +343,7 @@ def test_each_step_once_and_the_faulted_trials_end_as_the_undisturbed_ones(sweep
 
 
 def test_report_artifacts_on_the_parent(sweeps: dict) -> None:
-    client, parent, _ = _children(sweeps["out"])
+    client, parent, _ = _children(sweeps["tracking_uri"])
     listed = {a.path for a in client.list_artifacts(parent.info.run_id, "ablation")}
     for name in ("ablation.csv", "ablation.md", "ablation.html", "ablation.json", "accuracy_vs_ratio.png",
                  "learning_curves.png"):
@@ -327,7 +357,7 @@ def test_report_artifacts_on_the_parent(sweeps: dict) -> None:
 def test_each_arm_links_what_its_model_says(sweeps: dict, tmp_path: Path) -> None:
     """Both trials were restarted (one by Tune, one by --resume): each still holds one completions table per eval
     set for step 0 and the last step, rows not doubled, and the report links the last one per arm."""
-    client, parent, children = _children(sweeps["out"])
+    client, parent, children = _children(sweeps["tracking_uri"])
     finished = [run for run in children if run.info.status == "FINISHED"]
     assert len(finished) == 2
     for run in finished:
@@ -342,3 +372,22 @@ def test_each_arm_links_what_its_model_says(sweeps: dict, tmp_path: Path) -> Non
     links = [line for line in markdown.splitlines() if line.startswith("- ") and "/artifacts/completions/" in line]
     assert len(links) == 2 and all(f"step_{STEPS:06d}.json" in line for line in links)
     assert f"/artifacts/completions/arithmetic/step_{STEPS:06d}.json" in parent.data.tags["mlflow.note.content"]
+
+
+def test_the_object_store_holds_what_resume_needs(sweeps: dict) -> None:
+    """The faulted sweep's durable state is in the store (its local folder was deleted before --resume): the
+    record, Tune's state with each trial's real checkpoint, the MLflow runs' artifacts."""
+    keys = [key for key in object_keys(sweeps["s3_env"], BUCKET) if not key.endswith("/")]  # "/": pyarrow's folders
+    sweep_id = sweeps["sweep_id"]
+    assert {f"sweeps/{sweep_id}/sweep.json", f"sweeps/{sweep_id}/spec.yaml"} <= set(keys)
+    tune = [key for key in keys if key.startswith(f"sweeps/ray_results/{sweep_id}/")]
+    assert any(key.rsplit("/", 1)[-1].startswith("experiment_state") for key in tune)
+    for trial in ("e2e-t000", "e2e-t001"):  # the last checkpoint Tune kept of each: the learner's and the loop's state
+        files = {key.rsplit("/", 1)[-1] for key in tune if f"trial={trial}" in key and "/checkpoint_" in key}
+        assert {"run_state.json", "mp_rank_00_model_states.pt", "base_reference.pt"} <= files, (trial, files)
+    _, parent, children = _children(sweeps["tracking_uri"])
+    for run in (parent, *children):
+        assert run.info.artifact_uri.startswith(f"{STORAGE}/mlartifacts/"), run.info.artifact_uri
+    assert any(key.startswith("sweeps/mlartifacts/") and key.endswith("/ablation/ablation.json") for key in keys)
+    assert any(key.startswith("sweeps/mlartifacts/") and key.endswith(f"/completions/arithmetic/step_{STEPS:06d}.json")
+               for key in keys)

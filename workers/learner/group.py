@@ -23,6 +23,7 @@ from ray.util.placement_group import PlacementGroup
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from workers.learner.batch import TrainBatch
+from workers.learner.checkpoint_files import files_under, write_files
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine
 from workers.learner.rendezvous import Rendezvous
@@ -94,11 +95,28 @@ class LearnerGroup:
             metrics[key] = max(values) if key.startswith("time/") else sum(values) / len(values)
         return metrics
 
-    def save_checkpoint(self, path: str | Path, client_state: dict | None = None) -> None:
+    def save_checkpoint(self, path: str | Path, client_state: dict | None = None, *, node_local: bool = False) -> None:
+        """Every rank writes its part under ``path``; ``node_local``: the parts written on other nodes than the
+        caller's are then brought to ``path`` here, so that the caller's folder holds the whole checkpoint."""
         self._on_all("save_checkpoint", str(path), client_state)
+        if node_local:
+            away = self._ranks_away()
+            for files in ray.get([actor.__ray_call__.remote(_files_under, str(path)) for actor in away]):
+                write_files(path, files)
 
-    def load_checkpoint(self, path: str | Path) -> dict:
+    def load_checkpoint(self, path: str | Path, *, node_local: bool = False) -> dict:
+        """``node_local``: the caller's folder is first copied to the ranks on other nodes (one object-store copy)."""
+        away = self._ranks_away() if node_local else []
+        if away:
+            files = ray.put(files_under(path))
+            ray.get([actor.__ray_call__.remote(_write_files, str(path), files) for actor in away])
         return self._on_all("load_checkpoint", str(path))[0]
+
+    def _ranks_away(self) -> list:
+        """The ranks on another node than the caller's."""
+        here = ray.get_runtime_context().get_node_id()
+        nodes = ray.get([actor.__ray_call__.remote(_node_id) for actor in self.actors])
+        return [actor for actor, node in zip(self.actors, nodes) if node != here]
 
     def token_statistics(self, batch: TrainBatch) -> list[dict]:
         """Per-answer token entropy, G and ω (see LearnerEngine.token_statistics), answers in shard order."""
@@ -108,3 +126,16 @@ class LearnerGroup:
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []
+
+
+# Run inside a rank through ``__ray_call__`` (the engine's own methods stay free of Ray and of file transfers).
+def _node_id(engine: LearnerEngine) -> str:
+    return ray.get_runtime_context().get_node_id()
+
+
+def _files_under(engine: LearnerEngine, path: str) -> dict[str, bytes]:
+    return files_under(path)
+
+
+def _write_files(engine: LearnerEngine, path: str, files: dict[str, bytes]) -> None:
+    write_files(path, files)

@@ -1,67 +1,67 @@
-"""LearnerGroup: two DeepSpeed ranks as Ray actors (gloo), ZeRO-2, global token selection."""
+"""LearnerGroup: two DeepSpeed ranks as Ray actors (gloo), ZeRO-2, global token selection, on two nodes.
+
+The nodes are Ray's multi-node harness (``ray.cluster_utils.Cluster``: each node its own raylet and object store,
+all on 127.0.0.1 of this machine), so the rendezvous, the gradient all-reduce, the weights' route and the
+checkpoint's file transfers (``node_local``) cross nodes. One machine has one disk: that a node cannot read another's
+files is not shown here (the transfer's helpers: tests/sweeps/test_checkpoint_travel.py).
+"""
 
 import os
-import socket
 
 import psutil
 import pytest
 import ray
 import torch
+from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group, remove_placement_group
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from workers.learner.batch import TrainBatch
+from orchestrator.cluster import loopback_only
+from tests.workers.learner.tiny_learner import make_batch, one_process_grad_norm, rank_parameters, write_model
 from workers.learner.config import LearnerConfig
-from workers.learner.engine import LearnerEngine, init_process_group
 from workers.learner.group import LearnerGroup
 from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig
 from workers.rendezvous import LOOPBACK, free_address
 from workers.weights.sync import gather_weights
 
-pytestmark = pytest.mark.slow
-
-VOCAB = 20
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny_qwen2_group")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(1)
-        config = Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                             intermediate_size=128, vocab_size=VOCAB)
-        Qwen2ForCausalLM(config).save_pretrained(folder)
-    return folder
+    return write_model(tmp_path_factory.mktemp("tiny_qwen2_group"))
 
 
-def make_batch(groups=4, group_size=4, seed=0) -> TrainBatch:
-    g = torch.Generator().manual_seed(seed)
-    prompts, responses, group_ids = [], [], []
-    for group in range(groups):
-        prompt = torch.randint(1, VOCAB, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
-        for _ in range(group_size):
-            prompts.append(prompt)
-            responses.append(torch.randint(1, VOCAB, (int(torch.randint(2, 9, (1,), generator=g)),), generator=g).tolist())
-            group_ids.append(group)
-    return TrainBatch.from_lists(prompts, responses, torch.randn(len(prompts), generator=g), group_ids, pad_id=0)
+@pytest.fixture(scope="module")
+def two_nodes():
+    ray.shutdown()  # the suite's shared embedded Ray, were it up: this module needs a cluster of its own
+    loopback_only()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1",
+                                                            "include_dashboard": False})
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
 
-def rank_parameters(group: LearnerGroup) -> list[dict[str, torch.Tensor]]:
-    """Each rank's own module parameters (ZeRO-2 keeps a full replica on every rank)."""
-    read = lambda engine: {n: p.detach().clone() for n, p in engine.model.named_parameters()}
-    return ray.get([actor.__ray_call__.remote(read) for actor in group.actors])
-
-
-def test_two_rank_group_trains_like_one_process(model_dir, embedded_ray, tmp_path):
+def test_two_rank_group_trains_like_one_process(model_dir, two_nodes, tmp_path):
     learner = LearnerConfig(num_actors=2, zero_stage=2, lr=1e-3, mini_batch_size=16, micro_batch_size=4)
     loss = PolicyLossConfig(kl_coef=0.05)
     batch = make_batch()
-    bundles = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="PACK")
+    bundles = placement_group([{"CPU": 1}, {"CPU": 1}], strategy="STRICT_SPREAD")
     ray.get(bundles.ready())
     group = LearnerGroup(model_dir, learner, loss, SelectionConfig(method="ets", ratio=0.5, scope="global"),
                          use_reference=True, placement_group=bundles, bundle_offset=0)
     try:
+        nodes = ray.get([actor.__ray_call__.remote(lambda engine: ray.get_runtime_context().get_node_id())
+                         for actor in group.actors])
+        assert len(set(nodes)) == 2 and ray.get_runtime_context().get_node_id() not in nodes, \
+            "the ranks shared a node, or sat on the driver's"
         # One machine: the ranks met on loopback, where rank 0's store listens and nowhere else; the weight-sync
         # store will listen there too.
         def rendezvous_listeners(engine) -> tuple[str, set[str]]:  # nested: Ray pickles it by value
@@ -93,9 +93,12 @@ def test_two_rank_group_trains_like_one_process(model_dir, embedded_ray, tmp_pat
         assert set(state) == set(replicas[0])
         assert all(torch.equal(state[name], replicas[0][name]) for name in state)
 
-        group.save_checkpoint(tmp_path / "ckpt", {"step": 1})
+        # node_local: every rank's part is brought to this process's folder, and the folder back to them at load.
+        group.save_checkpoint(tmp_path / "ckpt", {"step": 1}, node_local=True)
+        saved = {path.relative_to(tmp_path / "ckpt").as_posix() for path in (tmp_path / "ckpt").rglob("*.pt")}
+        assert {f"learner/zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(2)} <= saved, saved
         group.train_step(prepared, step=1)
-        assert group.load_checkpoint(tmp_path / "ckpt") == {"step": 1}
+        assert group.load_checkpoint(tmp_path / "ckpt", node_local=True) == {"step": 1}
         restored = dict(ray.get(gather_weights(group.actors)))
         assert all(torch.equal(restored[name], state[name]) for name in state)
 
@@ -107,7 +110,7 @@ def test_two_rank_group_trains_like_one_process(model_dir, embedded_ray, tmp_pat
 
         ray.get([actor.__ray_call__.remote(use_group_scope) for actor in group.actors])
         two_ranks = group.train_step(prepared, step=2)["optim/grad_norm"]
-        one_process = _one_process_grad_norm(model_dir, learner, loss, prepared, weights=state)
+        one_process = one_process_grad_norm(model_dir, learner, loss, prepared, weights=state)
         assert two_ranks == pytest.approx(one_process, rel=1e-4)
 
         # Token-budget micro-batches on two ranks (each rank packs its own shard, then both run as many
@@ -122,21 +125,3 @@ def test_two_rank_group_trains_like_one_process(model_dir, embedded_ray, tmp_pat
     finally:
         group.shutdown()
         remove_placement_group(bundles)
-
-
-def _one_process_grad_norm(model_dir, learner, loss, prepared, weights) -> float:
-    """One LearnerEngine of world size 1 on the whole batch, in a worker process of its own: this test process may
-    hold the process group and DeepSpeed's cached groups of a test before it."""
-    @ray.remote(num_cpus=0, max_calls=1)  # the placement group holds both CPUs; the worker exits after
-    def one_process() -> float:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        init_process_group(rank=0, world_size=1, master_addr="127.0.0.1", master_port=port)
-        torch.set_num_threads(1)
-        engine = LearnerEngine(model_dir, learner.model_copy(update={"num_actors": 1, "zero_stage": 0}), loss,
-                               SelectionConfig(method="ets", ratio=0.5, scope="group"), use_reference=True)
-        engine.model.load_state_dict(weights)
-        return engine.train_step(prepared, step=2)["optim/grad_norm"]
-
-    return ray.get(one_process.remote())

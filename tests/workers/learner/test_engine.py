@@ -6,8 +6,9 @@ import socket
 import pytest
 import torch
 import torch.distributed as dist
-from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers import Qwen2ForCausalLM
 
+from tests.workers.learner.tiny_learner import VOCAB, make_batch, write_model
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
 from workers.learner.engine import LearnerEngine, init_process_group
@@ -15,8 +16,6 @@ from workers.learner.losses import PolicyLossConfig
 from workers.learner.selection import SelectionConfig
 
 pytestmark = pytest.mark.slow
-
-VOCAB = 20
 
 
 @pytest.fixture(scope="module")
@@ -27,26 +26,7 @@ def model_dir(tmp_path_factory):
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         init_process_group(rank=0, world_size=1, master_addr="127.0.0.1", master_port=port)
-    folder = tmp_path_factory.mktemp("tiny_qwen2")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        config = Qwen2Config(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                             intermediate_size=128, vocab_size=VOCAB)
-        Qwen2ForCausalLM(config).save_pretrained(folder)
-    return folder
-
-
-def make_batch(groups=4, group_size=4, seed=0) -> TrainBatch:
-    g = torch.Generator().manual_seed(seed)
-    prompts, responses, group_ids = [], [], []
-    for group in range(groups):
-        prompt = torch.randint(1, VOCAB, (int(torch.randint(2, 6, (1,), generator=g)),), generator=g).tolist()
-        for _ in range(group_size):
-            prompts.append(prompt)
-            length = int(torch.randint(2, 9, (1,), generator=g))
-            responses.append(torch.randint(1, VOCAB, (length,), generator=g).tolist())
-            group_ids.append(group)
-    return TrainBatch.from_lists(prompts, responses, torch.randn(len(prompts), generator=g), group_ids, pad_id=0)
+    return write_model(tmp_path_factory.mktemp("tiny_qwen2"), seed=0)
 
 
 def make_engine(model_dir, loss=None, selection=None, use_reference=False, **learner) -> LearnerEngine:
