@@ -56,6 +56,7 @@ class LearnerGroup:
         """Spawn ``learner.num_actors`` ranks (the config is the one source of the group size: it also
         sets each rank's share of the mini-batch) and build their engines."""
         self.num_actors = learner.num_actors
+        self._nodes: list[str] | None = None  # each rank's Ray node, once a node_local checkpoint asks
         placements = [in_bundle(placement_group, bundle_offset + rank) for rank in range(self.num_actors)]
         probe = ray.remote(free_address).options(num_cpus=0, **placements[0])
         master_addr, master_port, master_node = ray.get(probe.remote())
@@ -100,23 +101,29 @@ class LearnerGroup:
         caller's are then brought to ``path`` here, so that the caller's folder holds the whole checkpoint."""
         self._on_all("save_checkpoint", str(path), client_state)
         if node_local:
-            away = self._ranks_away()
+            away = self._one_rank_per_other_node()
             for files in ray.get([actor.__ray_call__.remote(_files_under, str(path)) for actor in away]):
                 write_files(path, files)
 
     def load_checkpoint(self, path: str | Path, *, node_local: bool = False) -> dict:
-        """``node_local``: the caller's folder is first copied to the ranks on other nodes (one object-store copy)."""
-        away = self._ranks_away() if node_local else []
+        """``node_local``: the caller's folder is first copied to the other nodes (one object-store copy)."""
+        away = self._one_rank_per_other_node() if node_local else []
         if away:
             files = ray.put(files_under(path))
             ray.get([actor.__ray_call__.remote(_write_files, str(path), files) for actor in away])
         return self._on_all("load_checkpoint", str(path))[0]
 
-    def _ranks_away(self) -> list:
-        """The ranks on another node than the caller's."""
+    def _one_rank_per_other_node(self) -> list:
+        """A rank on each node other than the caller's: the ranks of one node share its disk, so one of them
+        sends (or receives) that node's files."""
+        if self._nodes is None:  # an actor never moves: ask once
+            self._nodes = ray.get([actor.__ray_call__.remote(_node_id) for actor in self.actors])
         here = ray.get_runtime_context().get_node_id()
-        nodes = ray.get([actor.__ray_call__.remote(_node_id) for actor in self.actors])
-        return [actor for actor, node in zip(self.actors, nodes) if node != here]
+        by_node: dict[str, object] = {}
+        for node, actor in zip(self._nodes, self.actors):
+            if node != here:
+                by_node.setdefault(node, actor)
+        return list(by_node.values())
 
     def token_statistics(self, batch: TrainBatch) -> list[dict]:
         """Per-answer token entropy, G and ω (see LearnerEngine.token_statistics), answers in shard order."""
