@@ -1,5 +1,6 @@
 """The generate contract on a real in-process vLLM engine and the random tiny model."""
 
+import contextlib
 import math
 
 import pytest
@@ -26,6 +27,34 @@ def engine(tiny_model_dir):
 @pytest.fixture(scope="module")
 def samples(engine):
     return engine.generate(PROMPTS, n=8)
+
+
+def test_requests_run_uncompiled_and_give_the_compiled_samplers_bits(engine, monkeypatch):
+    """Each request of an in-process CPU engine runs under torch.compile's ``force_eager`` stance: vLLM's sampler
+    does not compile its rank-counting helper at an engine's first request (≈ 2 s of every engine start on 2
+    cores), and sampled tokens, their logprobs and scored logprobs are the bits of vLLM's compiled path."""
+    import torch
+    import vllm.v1.sample.sampler as sampler
+
+    stances = []
+    count_ranks = sampler.batched_count_greater_than
+
+    def spy(x, values):
+        stances.append(torch._dynamo.eval_frame._stance.stance)
+        return count_ranks(x, values)
+
+    def run() -> tuple[list, list[float]]:
+        samples = engine.generate(PROMPTS, n=4, seed=11)
+        return ([(s.response_ids, s.response_logprobs) for s in samples],
+                engine.sequence_logprobs(PROMPTS[0], samples[0].response_ids))
+
+    monkeypatch.setattr(sampler, "batched_count_greater_than", spy)
+    eager = run()
+    assert stances and set(stances) == {"force_eager"}
+    stances.clear()
+    monkeypatch.setattr(engine, "_eager", contextlib.nullcontext)  # vLLM as shipped: the helper compiled
+    assert run() == eager
+    assert stances and set(stances) == {"default"}
 
 
 def test_n_samples_per_prompt_grouped_in_prompt_order(samples):
