@@ -64,7 +64,7 @@ import torch.distributed as dist
 from torch import nn
 
 from workers.learner.batch import ResponseIndex, TrainBatch
-from workers.learner.deepspeed_ops import load_cpu_comm_op
+from workers.learner.deepspeed_ops import import_deepspeed, load_cpu_comm_op
 from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import omega_vs_advantage_ranking, selection_diagnostics
@@ -98,7 +98,7 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     """
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(local_rank),
                       MASTER_ADDR=master_addr, MASTER_PORT=str(master_port))
-    import deepspeed
+    deepspeed = import_deepspeed()
 
     load_cpu_comm_op()  # what init_distributed would build itself, but safe beside other checkouts and dead builds
     backend = "nccl" if torch.cuda.is_available() else "gloo"

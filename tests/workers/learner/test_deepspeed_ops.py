@@ -88,3 +88,23 @@ def test_a_start_waits_for_a_live_build_and_goes_on_when_that_build_is_killed(bu
     finally:
         dying.kill()
         dying.wait(timeout=30)
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch and DeepSpeed: seconds
+def test_deepspeed_imports_without_mlflow_and_leaves_it_importable():
+    """A learner process imports DeepSpeed without the MLflow import its autotuner tries (≈ 1 s of a learner's
+    start), and MLflow still imports afterwards, with DeepSpeed whole."""
+    probe = """
+import sys
+from workers.learner.deepspeed_ops import import_deepspeed
+deepspeed = import_deepspeed()
+from deepspeed.autotuning import autotuner
+print("mlflow loaded with deepspeed:", "mlflow" in sys.modules, "autotuner sees it:", autotuner.has_mlflow)
+import mlflow
+print("mlflow after:", bool(mlflow.__version__), "zero:", hasattr(deepspeed, "zero"))
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[3], check=False,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "DS_ACCELERATOR": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mlflow loaded with deepspeed: False autotuner sees it: False" in done.stdout, done.stdout
+    assert "mlflow after: True zero: True" in done.stdout, done.stdout
