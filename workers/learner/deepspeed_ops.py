@@ -13,7 +13,8 @@ two checkouts (say ``make demo`` in one and the test suite in another) run on on
 
 So the op builds in a folder of this venv's own (``<venv>/torch_extensions``; ``TORCH_EXTENSIONS_DIR`` when set),
 and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds
-it knows that a torch lock file it finds there was left by a build that died, and removes it. The op module is
+it knows that a torch lock file it finds there was left by a build that died, and removes it. A start that finds
+another process building says so before it waits. The op module is
 then in DeepSpeed's per-process cache (``OpBuilder._loaded_ops``), so ``init_distributed`` does not load it again.
 Processes outside gmts-lab that build in the same folder at the same time would defeat this: do not point their
 ``TORCH_EXTENSIONS_DIR`` at it.
@@ -27,7 +28,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,8 @@ def load_cpu_comm_op():
     root = extensions_dir()
     root.mkdir(parents=True, exist_ok=True)
     guard = build_lock(root, builder.NAME)
-    with guard:
+    _acquire_saying_why(guard, builder.NAME)
+    try:
         # torch's build folder is <TORCH_EXTENSIONS_DIR>/<name> when the variable is set (it always is here).
         leftover = root / builder.NAME / TORCH_BUILD_LOCK
         if leftover.exists():
@@ -81,6 +83,18 @@ def load_cpu_comm_op():
                            leftover, builder.NAME, guard.lock_file)
             leftover.unlink(missing_ok=True)
         return builder.load(verbose=False)
+    finally:
+        guard.release()
+
+
+def _acquire_saying_why(guard: FileLock, name: str) -> None:
+    """Take ``guard``; where another process holds it (its build takes minutes, or it died and the kernel is about to
+    release the lock), say so first: a learner start would otherwise wait in silence."""
+    try:
+        guard.acquire(timeout=0)
+    except Timeout:
+        logger.warning("Waiting for another process's build of %s to finish (it holds %s)", name, guard.lock_file)
+        guard.acquire()
 
 
 def build_lock(root: Path, name: str) -> FileLock:

@@ -10,9 +10,12 @@ a chosen moment would make the test depend on how fast the machine compiles.
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +66,33 @@ def _python(code: str, root: Path) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.slow  # two real processes and a 20 s wait: not for `make test-fast`
+def _lines(process: subprocess.Popen) -> queue.Queue:
+    """The process's output lines as they come (None at its end), read by a thread: a test can wait with a deadline."""
+    lines: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in process.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _line_with(lines: queue.Queue, text: str, timeout: float) -> list[str]:
+    """The lines up to the first one containing ``text``; fails at the process's end or after ``timeout`` s."""
+    seen, deadline = [], time.monotonic() + timeout
+    while not seen or text not in seen[-1]:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no line with {text!r} in {timeout} s:\n{''.join(seen)}") from None
+        assert line is not None, f"the process ended before saying {text!r}:\n{''.join(seen)}"
+        seen.append(line)
+    return seen
+
+
+@pytest.mark.slow  # two real processes: not for `make test-fast`
 def test_a_start_waits_for_a_live_build_and_goes_on_when_that_build_is_killed(build_root):
     dying = _python(DYING_BUILD, build_root)
     try:
@@ -72,18 +101,22 @@ def test_a_start_waits_for_a_live_build_and_goes_on_when_that_build_is_killed(bu
         assert torch_lock.exists()
         waiting = _python(LOADER, build_root)
         try:
-            # Its imports take ~5 s, a load of the built op ~1 s: after 20 s it can only be waiting for the build.
+            output = _lines(waiting)
+            said = _line_with(output, "Waiting for another process's build of deepspeed_shm_comm", timeout=120)
+            # It waits at the lock, and keeps waiting while the build lives.
             with pytest.raises(subprocess.TimeoutExpired):
-                waiting.wait(timeout=20)
+                waiting.wait(timeout=2)
             assert torch_lock.exists(), "a live build's lock was removed"
             dying.kill()
             dying.wait(timeout=30)
             # torch alone would wait on the lock file forever; ours is released with the dead process.
-            output, _ = waiting.communicate(timeout=180)
+            said += _line_with(output, "loaded", timeout=180)
+            waiting.wait(timeout=30)
         finally:
             waiting.kill()
-        assert waiting.returncode == 0, output
-        assert "loaded" in output and "left by a build of deepspeed_shm_comm that died" in output, output
+        said = "".join(said)
+        assert waiting.returncode == 0, said
+        assert "left by a build of deepspeed_shm_comm that died" in said, said
         assert not torch_lock.exists()
     finally:
         dying.kill()
