@@ -9,6 +9,7 @@ embedded Ray trains only the steps after that checkpoint: each step is logged on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -60,6 +61,24 @@ def _alive(processes: dict[psutil.Process, str]) -> list[str]:
     return alive
 
 
+@contextlib.contextmanager
+def _cli(command: list[str], log):
+    """The CLI in a session of its own; whatever of that session outlives the block (a failed test) is killed."""
+    proc = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for process in psutil.process_iter():
+            try:
+                if os.getpgid(process.pid) == proc.pid:
+                    process.kill()
+            except (psutil.Error, ProcessLookupError):
+                pass
+
+
 @pytest.fixture(scope="module")
 def interrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     import ray
@@ -70,40 +89,28 @@ def interrupted(tmp_path_factory: pytest.TempPathFactory) -> dict:
     spec = tmp / "ctrl-c.yaml"
     spec.write_text(yaml.safe_dump({"name": "ctrl-c", "base": {"preset": str(tmp / "preset.yaml")},
                                     "grid": {"method": ["ets"], "ratio": [0.2], "mode": ["top"], "seed": [0]}}))
-    out, log_file = tmp / "out", tmp / "first.log"
+    out, first_log, resume_log = tmp / "out", tmp / "first.log", tmp / "resume.log"
     command = [sys.executable, "-m", "sweeps.run", str(spec), "--output-dir", str(out)]
-    with open(log_file, "w") as log:
-        # Its own session: whatever survives the test is found and killed by process group at the end.
-        proc = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            wait_for(lambda: next(iter(out.glob("ctrl-c-*/ctrl-c-t000/checkpoints/step_*/run_state.json")), None),
-                     proc, 300, "the trial's first checkpoint")
-            started = {}
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                try:
-                    started[child] = child.name()
-                except psutil.NoSuchProcess:
-                    pass
-            proc.send_signal(signal.SIGINT)
-            first_rc = proc.wait(timeout=120)
-            deadline = time.monotonic() + 20  # what it started may take a moment to be reaped
-            while _alive(started) and time.monotonic() < deadline:
-                time.sleep(0.5)
-            left = _alive(started)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            for process in psutil.process_iter():
-                try:
-                    if os.getpgid(process.pid) == proc.pid:
-                        process.kill()
-                except (psutil.Error, ProcessLookupError):
-                    pass
-    resumed = subprocess.run([*command, "--resume"], cwd=REPO, env=_env(), check=False, capture_output=True,
-                             text=True, timeout=420, start_new_session=True)
-    return {"first_rc": first_rc, "first_log": log_file.read_text(), "started": sorted(set(started.values())),
-            "left": left, "resume": resumed, "tracking_uri": f"sqlite:///{out / 'mlflow.db'}"}
+    with open(first_log, "w") as log, _cli(command, log) as proc:
+        wait_for(lambda: next(iter(out.glob("ctrl-c-*/ctrl-c-t000/checkpoints/step_*/run_state.json")), None),
+                 proc, 300, "the trial's first checkpoint")
+        started = {}
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            try:
+                started[child] = child.name()
+            except psutil.NoSuchProcess:
+                pass
+        proc.send_signal(signal.SIGINT)
+        first_rc = proc.wait(timeout=120)
+        deadline = time.monotonic() + 20  # what it started may take a moment to be reaped
+        while _alive(started) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = _alive(started)
+    with open(resume_log, "w") as log, _cli([*command, "--resume"], log) as proc:
+        resume_rc = proc.wait(timeout=420)
+    return {"first_rc": first_rc, "first_log": first_log.read_text(), "started": sorted(set(started.values())),
+            "left": left, "resume_rc": resume_rc, "resume_log": resume_log.read_text(),
+            "tracking_uri": f"sqlite:///{out / 'mlflow.db'}"}
 
 
 def test_ctrl_c_stops_everything_the_cli_started(interrupted: dict) -> None:
@@ -116,8 +123,8 @@ def test_ctrl_c_stops_everything_the_cli_started(interrupted: dict) -> None:
 
 
 def test_resume_on_a_new_embedded_ray_trains_each_step_once(interrupted: dict) -> None:
-    resumed = interrupted["resume"]
-    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-5000:]
+    said = interrupted["resume_log"]
+    assert interrupted["resume_rc"] == 0, said[-5000:]
     client = MlflowClient(interrupted["tracking_uri"])
     ids = [e.experiment_id for e in client.search_experiments()]
     (trial,) = client.search_runs(ids, f"tags.`{PARENT_TAG}` != ''")
@@ -125,5 +132,4 @@ def test_resume_on_a_new_embedded_ray_trains_each_step_once(interrupted: dict) -
     steps = sorted(m.step for m in client.get_metric_history(trial.info.run_id, "reward/mean"))
     assert steps == list(range(1, STEPS + 1))
     # Only what came after the interruption's checkpoint ran again: the resumed attempt did not start at step 1.
-    said = resumed.stdout + resumed.stderr
     assert "(t000) step 1/" not in said and f"(t000) step {STEPS}/" in said, said[-3000:]
