@@ -58,6 +58,7 @@ class RolloutEngine:
         self.config = config
         self.model_dir = Path(model_dir)
         self.on_cpu = current_platform.is_cpu()
+        self._in_process = False  # vLLM's engine core and worker in this process (set below, CPU only)
         self._torch_linear = self.on_cpu and config.cpu_linear == "torch"
         engine_args: dict[str, Any] = {
             "model": str(self.model_dir),
@@ -86,7 +87,8 @@ class RolloutEngine:
             # update_weights hand tensors to the worker directly. setdefault: an explicit "1" still wins.
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
             engine_args["distributed_executor_backend"] = "uni"
-            if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0":
+            self._in_process = os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+            if self._in_process:
                 # vLLM's engine core freezes the heap once it has started (and unfreezes it at its shutdown); frozen
                 # already here, after the imports, the heap so far (vLLM, torch, transformers: millions of objects)
                 # is out of the collector's view while the engine starts, so the start's gc.collect() calls scan
@@ -166,9 +168,9 @@ class RolloutEngine:
         """Around each request an in-process CPU engine serves. The model runs eagerly already (``enforce_eager``),
         but vLLM's sampler counts each sampled token's rank (an integer we never read) with a ``torch.compile``d
         helper that compiles at the engine's first request: ≈ 2 s of CPU at every engine start. Uncompiled, the
-        count is the same integer and every token and logprob the same bits (a test). Elsewhere requests run in
-        worker processes, where the compiled helper stays."""
-        return torch.compiler.set_stance("force_eager") if self.on_cpu else contextlib.nullcontext()
+        count is the same integer and every token and logprob the same bits (a test). Where requests run in worker
+        processes (CUDA, or VLLM_ENABLE_V1_MULTIPROCESSING=1) a stance here would not reach them: the helper stays."""
+        return torch.compiler.set_stance("force_eager") if self._in_process else contextlib.nullcontext()
 
     def _gemm_dispatch(self):
         """Where the weights are (re)loaded: the GEMM that ``config.cpu_linear`` names."""
