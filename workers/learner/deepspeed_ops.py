@@ -9,10 +9,15 @@ two checkouts (say ``make demo`` in one and the test suite in another) run on on
   learner start of either;
 - torch's build lock is a bare file (``torch.utils.file_baton.FileBaton``): a learner killed while building (a
   cancelled job, a test's teardown, Ctrl-C) leaves it, and every later learner start waits on it forever, silently
-  (the test suite kills learners on purpose, so a demo beside it would hang in a learner's constructor).
+  (the test suite kills learners on purpose, so a demo beside it would hang in a learner's constructor);
+- torch runs whichever ``ninja`` the process's ``PATH`` finds first: the venv's (pip's ``ninja``, which DeepSpeed
+  and vLLM require) where the venv is activated, else a system one. Two ninja versions record a command line
+  differently in the folder's ``.ninja_log``, so each saw the other's build as out of date and rebuilt the op
+  (25–45 s of both cores inside a learner start) whenever processes with and without the venv on ``PATH`` took
+  turns: ``make test`` (``.venv/bin/python``, no activation) beside the tests that run the README's commands.
 
 So the op builds in a folder of this venv's own (``<venv>/torch_extensions``; ``TORCH_EXTENSIONS_DIR`` when set),
-and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds
+always with pip's ``ninja``, and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds
 it knows that a torch lock file it finds there was left by a build that died, and removes it. A start that finds
 another process building says so before it waits. The op module is
 then in DeepSpeed's per-process cache (``OpBuilder._loaded_ops``), so ``init_distributed`` does not load it again.
@@ -25,6 +30,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -82,9 +89,30 @@ def load_cpu_comm_op():
             logger.warning("Removing %s: left by a build of %s that died (every build here holds %s)",
                            leftover, builder.NAME, guard.lock_file)
             leftover.unlink(missing_ok=True)
-        return builder.load(verbose=False)
+        with _pip_ninja_first_on_path():
+            return builder.load(verbose=False)
     finally:
         guard.release()
+
+
+@contextmanager
+def _pip_ninja_first_on_path() -> Iterator[None]:
+    """``PATH`` with pip's ``ninja`` first while torch builds: one ninja for every process of this venv, whatever
+    its ``PATH``. Without the package (DeepSpeed requires it), torch finds whichever it finds."""
+    try:
+        import ninja
+    except ImportError:
+        yield
+        return
+    before = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join(filter(None, [ninja.BIN_DIR, before]))
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = before
 
 
 def _acquire_saying_why(guard: FileLock, name: str) -> None:
