@@ -143,23 +143,30 @@ print("mlflow after:", bool(mlflow.__version__), "zero:", hasattr(deepspeed, "ze
     assert "mlflow after: True zero: True" in done.stdout, done.stdout
 
 
-@pytest.mark.slow  # a fresh interpreter importing torch and DeepSpeed: seconds
+
+@pytest.mark.slow  # two fresh interpreters importing torch and DeepSpeed: seconds
 def test_the_op_builds_with_pips_ninja_whatever_ninja_the_path_finds_first(build_root, tmp_path):
-    """Another ``ninja`` first on ``PATH`` (a system one of another version records command lines differently, and
-    the two rebuilt the op in turn): the loader never runs it, and the venv's up-to-date build loads as it is."""
+    """A learner whose ``PATH`` finds another ``ninja`` first (a system one of another version records command lines
+    differently: the two rebuilt the op in turn), then one whose ``PATH`` is an activated venv's: the loader never
+    runs the other ninja, and the second start loads the first one's build as it is."""
+    import ninja
+
     elsewhere = tmp_path / "bin"
     elsewhere.mkdir()
     called = tmp_path / "other-ninja-ran"
     (elsewhere / "ninja").write_text(f"#!/bin/sh\necho \"$@\" >> {called}\nexit 1\n")
     (elsewhere / "ninja").chmod(0o755)
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(build_root), "DS_ACCELERATOR": "cpu",
-           "PATH": os.pathsep.join([str(elsewhere), os.environ.get("PATH", "")])}
-    probe = LOADER + "import os; print('PATH restored:', os.environ['PATH'].split(os.pathsep)[0])\n"
-    done = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[3], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
-    assert "loaded" in done.stdout and f"PATH restored: {elsewhere}" in done.stdout, done.stdout
+    probe = LOADER + "import os; print('PATH after:', os.environ['PATH'].split(os.pathsep)[0])\n"
+
+    def start(first_on_path: str) -> int:
+        env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(build_root), "DS_ACCELERATOR": "cpu",
+               "PATH": os.pathsep.join([first_on_path, os.environ.get("PATH", "")])}
+        done = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[3], env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert "loaded" in done.stdout and f"PATH after: {first_on_path}" in done.stdout, done.stdout
+        return (build_root / OP / "deepspeed_shm_comm.so").stat().st_mtime_ns
+
+    built = start(str(elsewhere))
     assert not called.exists(), called.read_text()
-    # Nothing was rebuilt: the copy of the venv's build was up to date for the ninja it was built with.
-    assert (build_root / OP / "deepspeed_shm_comm.so").stat().st_mtime_ns == \
-        (extensions_dir() / OP / "deepspeed_shm_comm.so").stat().st_mtime_ns
+    assert start(ninja.BIN_DIR) == built, "the op was rebuilt"
