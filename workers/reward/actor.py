@@ -26,11 +26,15 @@ from collections.abc import Sequence
 from workers.problem import Problem
 from workers.reward.config import RewardConfig
 from workers.reward.results import RewardResult
-from workers.reward.scorer import RewardScorer
 
 
 class RewardWorker:
     def __init__(self, config: RewardConfig):
+        # Imported here, in the worker's own process, and not by the driver that only names this class: the
+        # verifiers load reasoning-gym and math-verify (≈ 1 s of every run's start on one core), and they are
+        # loaded before the scorer forks its verifier processes all the same.
+        from workers.reward.scorer import RewardScorer
+
         self._scorer = RewardScorer(config)
 
     def score(self, completions: Sequence[str], problems: Sequence[Problem]) -> list[RewardResult]:
