@@ -63,11 +63,13 @@ def load_tokenizer(folder: str | Path) -> PreTrainedTokenizerFast:
     class whatever ``tokenizer_config.json`` names, and Qwen2's byte-level pre-tokenizer replaces ours: it drops
     the space (mapped outside the vocabulary) and groups runs of symbols. The character tokenizer is recognised by
     its vocabulary and loaded as the plain fast tokenizer its ``tokenizer.json`` describes."""
-    from transformers import AutoTokenizer
-
     tokenizer_file = Path(folder) / "tokenizer.json"
     # A character vocabulary is a few hundred bytes of JSON; a real one is megabytes and is never parsed here.
     if tokenizer_file.is_file() and tokenizer_file.stat().st_size < 16_384:
         if json.loads(tokenizer_file.read_text()).get("model", {}).get("vocab") == VOCAB:
             return PreTrainedTokenizerFast.from_pretrained(folder)
+    # Imported for a real model's folder only: transformers' auto classes import every model's configuration
+    # (2-4 s of one core), which the tiny model's runs, sweep trials and job drivers would pay for nothing.
+    from transformers import AutoTokenizer
+
     return AutoTokenizer.from_pretrained(folder)
