@@ -17,9 +17,9 @@ two checkouts (say ``make demo`` in one and the test suite in another) run on on
   turns: ``make test`` (``.venv/bin/python``, no activation) beside the tests that run the README's commands.
 
 So the op builds in a folder of this venv's own (``<venv>/torch_extensions``; ``TORCH_EXTENSIONS_DIR`` when set),
-always with pip's ``ninja``, and only under an OS lock on that folder (``filelock``, released by the kernel when its holder dies): whoever holds
-it knows that a torch lock file it finds there was left by a build that died, and removes it. A start that finds
-another process building says so before it waits. The op module is
+always with pip's ``ninja``, and only under an OS lock on that folder (``filelock``, released by the kernel when its
+holder dies): whoever holds it knows that a torch lock file it finds there was left by a build that died, and removes
+it. A start that finds another process building says so before it waits. The op module is
 then in DeepSpeed's per-process cache (``OpBuilder._loaded_ops``), so ``init_distributed`` does not load it again.
 Processes outside gmts-lab that build in the same folder at the same time would defeat this: do not point their
 ``TORCH_EXTENSIONS_DIR`` at it.

@@ -61,7 +61,7 @@ class LearnerGroup:
         master_addr = master_port = None  # a group of one: its rank picks a free port where it runs
         if self.num_actors > 1:
             # The ranks must agree on rank 0's address before any of them starts. A group of one agrees with nobody:
-            # it skips this task, whose worker process (Python + Ray) cost every single-learner run's start ≈ 1 s.
+            # it skips this task and the worker process (Python + Ray) the task needs before any rank can start.
             probe = ray.remote(free_address).options(num_cpus=0, **placements[0])
             master_addr, master_port, master_node = ray.get(probe.remote())
             if placement_group is None:  # rank 0 must listen where the port was found free

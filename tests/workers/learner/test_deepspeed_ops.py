@@ -143,7 +143,6 @@ print("mlflow after:", bool(mlflow.__version__), "zero:", hasattr(deepspeed, "ze
     assert "mlflow after: True zero: True" in done.stdout, done.stdout
 
 
-
 @pytest.mark.slow  # two fresh interpreters importing torch and DeepSpeed: seconds
 def test_the_op_builds_with_pips_ninja_whatever_ninja_the_path_finds_first(build_root, tmp_path):
     """A learner whose ``PATH`` finds another ``ninja`` first (a system one of another version records command lines
