@@ -69,7 +69,7 @@ from workers.learner.forward import response_logits
 from workers.learner.config import LearnerConfig
 from workers.learner.diagnostics import omega_vs_advantage_ranking, selection_diagnostics
 from workers.learner.rendezvous import Rendezvous
-from workers.rendezvous import free_address, listening_store, pin_gloo_to
+from workers.rendezvous import listening_store, pin_gloo_to
 from workers.learner.losses import PolicyLossConfig, aggregation_weights, effective_grad_coef, ppo_clip_loss
 from workers.weights.object_store import HostWeights
 from workers.learner.schedule import (loss_scale, loss_units, needs_reference_pass, needs_scoring_pass, pack_by_tokens,
@@ -111,22 +111,6 @@ def init_process_group(rank: int, world_size: int, master_addr: str, master_port
     deepspeed.init_distributed(dist_backend=backend)
 
 
-def join_learner_group(rendezvous: Rendezvous) -> str:
-    """A Ray learner rank's set-up: its threads and device, then the group joined; the store's ``host:port``."""
-    host, port = rendezvous.master_addr, rendezvous.master_port
-    if host is None and rendezvous.world_size != 1:
-        raise ValueError(f"rendezvous.master_addr is None for a group of {rendezvous.world_size}: only a group of "
-                         "one may pick its own address")
-    # Ray sets OMP_NUM_THREADS=1 for one-CPU actors; be explicit either way (contention costs 3–40×).
-    torch.set_num_threads(rendezvous.threads)
-    if torch.cuda.is_available():
-        torch.cuda.set_device(0)  # Ray gives each GPU actor its own CUDA_VISIBLE_DEVICES
-    if host is None:
-        host, port, _ = free_address()
-    init_process_group(rendezvous.rank, rendezvous.world_size, host, port, local_rank=0)
-    return f"{host}:{port}"
-
-
 class ResponseLogitsPolicy(nn.Module):
     """The HF causal LM as DeepSpeed sees it: forward returns logits at the response positions only."""
 
@@ -165,8 +149,13 @@ class LearnerEngine:
     ):
         """``rendezvous``: join the learners' process group first (a collective: every rank's
         constructor runs at once); without it the caller has initialised torch.distributed."""
-        # host:port of the group's store, where this rank joined one
-        self.rendezvous_address = join_learner_group(rendezvous) if rendezvous is not None else None
+        if rendezvous is not None:
+            # Ray sets OMP_NUM_THREADS=1 for one-CPU actors; be explicit either way (contention costs 3–40×).
+            torch.set_num_threads(rendezvous.threads)
+            if torch.cuda.is_available():
+                torch.cuda.set_device(0)  # Ray gives each GPU actor its own CUDA_VISIBLE_DEVICES
+            init_process_group(rendezvous.rank, rendezvous.world_size, rendezvous.master_addr,
+                               rendezvous.master_port, local_rank=0)
         if loss.kl_coef > 0 and not use_reference:
             raise ValueError(f"kl_coef={loss.kl_coef} needs the reference policy: set use_reference=True")
         if temperature <= 0:

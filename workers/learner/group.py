@@ -3,7 +3,7 @@
 Each rank is ``LearnerActor = ray.remote(LearnerEngine)``, as ``RolloutActor = ray.remote(RolloutEngine)``:
 no forwarding layer. Rendezvous: a zero-CPU task on rank 0's node (its placement bundle, else the node
 rank 0 is then pinned to) picks a free port there; every rank's constructor joins the process group
-with it at once (``init_process_group`` blocks until all have joined). A group of one picks its port itself.
+with it at once (``init_process_group`` blocks until all have joined).
 Data: a TrainBatch is cut into one equal shard of whole prompt groups per rank, and crosses to the
 learners once per step: ``train_step`` computes π_old / π_ref on each shard itself when the schedule
 or KL needs them. Each rank runs the same PPO schedule and DeepSpeed averages the gradients, so the
@@ -58,15 +58,10 @@ class LearnerGroup:
         self.num_actors = learner.num_actors
         self._nodes: list[str] | None = None  # each rank's Ray node, once a node_local checkpoint asks
         placements = [in_bundle(placement_group, bundle_offset + rank) for rank in range(self.num_actors)]
-        master_addr = master_port = None  # a group of one: its rank picks a free port where it runs
-        if self.num_actors > 1:
-            # The ranks must agree on rank 0's address before any of them starts. A group of one agrees with nobody:
-            # it skips this task and the worker process (Python + Ray) the task needs before any rank can start.
-            probe = ray.remote(free_address).options(num_cpus=0, **placements[0])
-            master_addr, master_port, master_node = ray.get(probe.remote())
-            if placement_group is None:  # rank 0 must listen where the port was found free
-                placements[0] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=master_node,
-                                                                                       soft=False)}
+        probe = ray.remote(free_address).options(num_cpus=0, **placements[0])
+        master_addr, master_port, master_node = ray.get(probe.remote())
+        if placement_group is None:  # rank 0 must listen where the port was found free
+            placements[0] = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=master_node, soft=False)}
         self.actors = [
             LearnerActor.options(num_cpus=num_cpus_per_actor, num_gpus=num_gpus_per_actor, runtime_env=runtime_env,
                                  **placements[rank])
@@ -74,10 +69,10 @@ class LearnerGroup:
                     rendezvous=Rendezvous(rank, self.num_actors, master_addr, master_port, learner.threads_per_actor))
             for rank in range(self.num_actors)
         ]
-        ready = ray.get([actor.__ray_call__.remote(lambda engine: (engine.init_seconds, engine.rendezvous_address))
-                         for actor in self.actors])
-        self.init_seconds = max(seconds for seconds, _ in ready)
-        logger.info("learner group of %d ready at %s in %.1f s", self.num_actors, ready[0][1], self.init_seconds)
+        self.init_seconds = max(ray.get([actor.__ray_call__.remote(lambda engine: engine.init_seconds)
+                                         for actor in self.actors]))
+        logger.info("learner group of %d ready at %s:%d in %.1f s", self.num_actors, master_addr, master_port,
+                    self.init_seconds)
 
     def _on_all(self, method: str, *args) -> list:
         return ray.get([getattr(actor, method).remote(*args) for actor in self.actors])

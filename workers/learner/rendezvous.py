@@ -11,6 +11,6 @@ class Rendezvous:
 
     rank: int
     world_size: int
-    master_addr: str | None  # None (a group of one only): the rank picks a free address where it runs
-    master_port: int | None
+    master_addr: str
+    master_port: int
     threads: int  # torch intra-op threads: the CPU is shared with the rollout and reward actors

@@ -11,9 +11,8 @@ from transformers import Qwen2ForCausalLM
 from tests.workers.learner.tiny_learner import VOCAB, make_batch, write_model
 from workers.learner.batch import TrainBatch
 from workers.learner.config import LearnerConfig
-from workers.learner.engine import LearnerEngine, init_process_group, join_learner_group
+from workers.learner.engine import LearnerEngine, init_process_group
 from workers.learner.losses import PolicyLossConfig
-from workers.learner.rendezvous import Rendezvous
 from workers.learner.selection import SelectionConfig
 
 pytestmark = pytest.mark.slow
@@ -220,13 +219,6 @@ def test_apply_to_advantage_and_loss_give_different_updates(model_dir):
     assert abs(m_loss[0]["loss/pg"] - m_adv[0]["loss/pg"]) > 1e-3
     assert m_adv[0]["selection/selected_fraction"] == m_loss[0]["selection/selected_fraction"]
     assert max((w_adv[n] - w_loss[n]).abs().max() for n in w_adv) > 1e-4
-
-
-def test_only_a_group_of_one_may_go_without_an_agreed_address():
-    """A group of one picks its own port where its rank runs (no probe task first); ranks of a larger group must
-    be told rank 0's address, or they would never meet."""
-    with pytest.raises(ValueError, match="master_addr is None for a group of 2"):
-        join_learner_group(Rendezvous(rank=0, world_size=2, master_addr=None, master_port=None, threads=1))
 
 
 def test_kl_needs_a_reference(model_dir):
