@@ -3,15 +3,20 @@
 Not a timing test (no figure is checked against a threshold): it proves that every benchmark whose
 dependencies exist runs end to end at minimal size and reports figures and settings. A benchmark
 whose dependencies do not exist reports ``skipped`` with the reason, and its test is skipped.
-One invocation per benchmark, so that CI can deselect the expensive ones with ``-k``: the four that
-run the RL loop (selection_step, sweep_efficiency, vs_trl, learning_efficiency) start Ray and a full
-set of actors per training run, tens of seconds each on 2 cores.
+One invocation per benchmark, so that CI can deselect the expensive ones with ``-k``: the ones that
+run the RL loop (selection_step, sweep_efficiency, vs_trl, staleness, learning_efficiency) start Ray and a
+full set of actors per training run, tens of seconds each on 2 cores.
+
+Two invocations at a time: while a benchmark's test waits for its run, the next selected benchmark's run
+has started beside it. Each run alone leaves a core idle for much of its time (one process importing, Ray
+starting, one trial's driver), and no smoke run checks a timing, so the pair shares the cores.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,19 +30,59 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run_smoke(name: str, out: Path) -> dict:
-    env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
-    completed = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--only", name, "--out", str(out)],
-                               cwd=REPO, env=env, capture_output=True, text=True, timeout=840, check=False)
-    report_file = out / "latest-smoke.json"
-    assert report_file.is_file(), f"no report (exit {completed.returncode}):\n{completed.stderr[-4000:]}"
-    assert (out / "latest-smoke.md").read_text().startswith("# gmts-lab benchmarks")
-    return json.loads(report_file.read_text())
+class SmokeRuns:
+    """One ``benchmarks.run --smoke --only NAME`` process per benchmark, in the order the tests ask for them; asking
+    for one also starts the next, so that at most two run at once. Each writes its report to its own folder and
+    its output to a file (a pipe nobody reads while the other test runs could fill up)."""
+
+    def __init__(self, names: list[str], root: Path) -> None:
+        self.names, self.root = names, root
+        self.running: dict[str, tuple[subprocess.Popen, Path]] = {}
+
+    def report(self, name: str) -> dict:
+        for upcoming in self.names[self.names.index(name):self.names.index(name) + 2]:
+            if upcoming not in self.running:
+                self.running[upcoming] = self._start(upcoming)
+        proc, out = self.running[name]
+        returncode = proc.wait(timeout=840)
+        report_file = out / "latest-smoke.json"
+        output = (out / "output.txt").read_text()
+        assert report_file.is_file(), f"no report (exit {returncode}):\n{output[-4000:]}"
+        assert (out / "latest-smoke.md").read_text().startswith("# gmts-lab benchmarks")
+        return json.loads(report_file.read_text())
+
+    def _start(self, name: str) -> tuple[subprocess.Popen, Path]:
+        out = self.root / name
+        out.mkdir()
+        env = {**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
+        with open(out / "output.txt", "wb") as output:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.run", "--smoke", "--only", name, "--out", str(out)], cwd=REPO,
+                env=env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        return proc, out
+
+    def stop(self) -> None:
+        """Ends what is still running (a failed test's run, or the next one of the last test that ran)."""
+        for proc, _ in self.running.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    selected = [item.callspec.params["name"] for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")]
+    runs = SmokeRuns(selected, tmp_path_factory.mktemp("smoke"))
+    try:
+        yield runs
+    finally:
+        runs.stop()
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
-def test_benchmark_runs_in_smoke_mode(name, tmp_path):
-    report = _run_smoke(name, tmp_path)
+def test_benchmark_runs_in_smoke_mode(name, smoke_runs):
+    report = smoke_runs.report(name)
     assert report["smoke"] is True and report["versions"]["torch"] and report["machine"]["logical_cpus"] >= 1
     entry = report["benchmarks"][name]
     if entry["status"] == "skipped":
