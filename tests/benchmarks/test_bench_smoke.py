@@ -14,13 +14,14 @@ starting, one trial's driver), and no smoke run checks a timing, so the pair sha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 from benchmarks.run import BENCHMARKS
@@ -62,10 +63,17 @@ class SmokeRuns:
         return proc, out
 
     def stop(self) -> None:
-        """Ends what is still running (a failed test's run, or the next one of the last test that ran)."""
+        """Ends what is still running — the run of a test that gave up waiting, or one started for a test that did not
+        run (``-x``) — with every descendant: the benchmark's child process has a session of its own (``benchmarks.run``
+        ends its whole group on a timeout), and under it its Ray."""
         for proc, _ in self.running.values():
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                leader = psutil.Process(proc.pid)
+                family = [leader, *leader.children(recursive=True)]
+                for member in family:
+                    with contextlib.suppress(psutil.NoSuchProcess):
+                        member.kill()
+                psutil.wait_procs(family, timeout=30)
                 proc.wait()
 
 
