@@ -41,7 +41,8 @@ class SmokeRuns:
         self.running: dict[str, tuple[subprocess.Popen, Path]] = {}
 
     def report(self, name: str) -> dict:
-        for upcoming in self.names[self.names.index(name):self.names.index(name) + 2]:
+        at = self.names.index(name)
+        for upcoming in self.names[at:at + 2]:
             if upcoming not in self.running:
                 self.running[upcoming] = self._start(upcoming)
         proc, out = self.running[name]
@@ -67,14 +68,16 @@ class SmokeRuns:
         run (``-x``) — with every descendant: the benchmark's child process has a session of its own (``benchmarks.run``
         ends its whole group on a timeout), and under it its Ray."""
         for proc, _ in self.running.values():
-            if proc.poll() is None:
+            if proc.poll() is not None:
+                continue
+            with contextlib.suppress(psutil.NoSuchProcess):  # it may end between the poll and this
                 leader = psutil.Process(proc.pid)
                 family = [leader, *leader.children(recursive=True)]
                 for member in family:
                     with contextlib.suppress(psutil.NoSuchProcess):
                         member.kill()
                 psutil.wait_procs(family, timeout=30)
-                proc.wait()
+            proc.wait()
 
 
 @pytest.fixture(scope="module")
