@@ -66,7 +66,13 @@ class RolloutGroup:
             samples.extend(replace(s, prompt_index=s.prompt_index + start) for s in ray.get(ref))
         return samples
 
-    def shutdown(self) -> None:
+    def shutdown(self, grace_s: float = 5.0) -> None:
+        """Each engine stops itself before its actor is killed: a killed engine leaves its process group's
+        rendezvous file (vLLM's ``FileStore``, ``/tmp/vllm_dist_<uuid>``) behind, one per engine start. An actor
+        still busy after ``grace_s`` (a cancelled run mid-generation) is killed without waiting its turn."""
+        stopping = [actor.shutdown.remote() for actor in self.actors]
+        if stopping:
+            ray.wait(stopping, num_returns=len(stopping), timeout=grace_s)
         for actor in self.actors:
             ray.kill(actor)
         self.actors = []

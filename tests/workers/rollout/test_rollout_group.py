@@ -1,16 +1,17 @@
 """Two real Ray rollout actors sharing prompts and receiving one broadcast weight update."""
 
 import copy
+import os
 
 import pytest
 import ray
 import torch
 from transformers import AutoModelForCausalLM
 
-from workers.weights.object_store import HostWeights
 from workers.models.char_tokenizer import VOCAB
 from workers.rollout.actor import RolloutGroup
 from workers.rollout.config import RolloutConfig
+from workers.weights.object_store import HostWeights
 from workers.weights.sync import load_into_engines
 
 PROMPTS = [[VOCAB[c] for c in text] for text in ("1+1=", "2+2=", "3+3=", "4+4=", "5+5=")]
@@ -85,3 +86,20 @@ def test_host_weights_cross_the_object_store_intact_and_are_mapped_not_copied(gr
     for name, tensor in returned:
         assert tensor.dtype == tensors[name].dtype and torch.equal(tensor, tensors[name]), name
     assert all(mapped)
+
+
+@pytest.mark.slow
+def test_shutdown_leaves_no_rendezvous_file_behind(group):
+    """Last in the module: it ends the module's group. Killed without stopping, each engine would leave its
+    rendezvous file in the temp folder (one per run; hundreds accumulate)."""
+    # vLLM's uni-process executor joins its world of one through a FileStore in the temp folder.
+    def rendezvous_file(engine) -> str:
+        import torch.distributed as dist
+
+        return dist.distributed_c10d._get_default_store().underlying_store.path
+
+    files = ray.get([actor.__ray_call__.remote(rendezvous_file) for actor in group.actors])
+    assert len(set(files)) == 2 and all(os.path.exists(path) for path in files)
+    group.shutdown()
+    assert group.actors == []
+    assert not [path for path in files if os.path.exists(path)]
