@@ -236,8 +236,9 @@ class Stack:
         args = [str(VENV_BIN / "mlflow"), "server", "--backend-store-uri", f"sqlite:///{self.work / 'mlflow.db'}",
                 "--default-artifact-root", str(self.work / "mlartifacts"), "--host", "127.0.0.1", "--port",
                 self.mlflow_url.rsplit(":", 1)[1], "--workers", "1"]
-        return self.processes.start(args, self.work / "mlflow.log",
-                                    env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}"})
+        return self.processes.start(args, self.work / "mlflow.log",  # no job runner, as the local stack
+                                    env={**os.environ, "PATH": f"{VENV_BIN}:{os.environ['PATH']}",
+                                         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
 
     def _wait_mlflow(self) -> None:
         def up() -> bool:

@@ -152,6 +152,9 @@ def test_readme_quickstart_runs_as_written() -> None:
         rows = json.loads((out / f"ps.{before_down}").read_text())
         family = _descendants(rows, started, started)
         assert len(family) > 10  # Ray's gcs_server, raylet, dashboard, workers; MLflow's workers …
+        # MLflow as a tracking server only: its CLI and one uvicorn worker, no job runner's huey consumers
+        mlflow = _descendants(rows, {stack["mlflow"]["pid"]}, {stack["mlflow"]["pid"]})
+        assert len(mlflow) == 2, mlflow
         times = {row["pid"]: row["create_time"] for row in rows}
         assert [pid for pid in family if _alive(pid, times[pid])] == []
         assert decoy.poll() is None
