@@ -10,6 +10,9 @@ that ``gmts up`` started (nor any descendant of theirs) may be alive, while a pr
 (what ``ray stop`` would kill) still is. After ``gmts up`` the test also runs ``AFTER_UP``: a second
 ``gmts up`` must start nothing, and ``gmts up --ray-address … --tracking-uri …`` in another folder
 only an API, which its ``gmts down`` stops alone.
+
+The block runs in a bash process of its own (``QuickstartRun``), started through the ``readme_quickstart``
+fixture: with the API integration module where a session runs both, else by the test itself.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -98,28 +102,73 @@ def _alive(pid: int, create_time: float) -> bool:
         return False
 
 
+class QuickstartRun:
+    """The marked block with ``AFTER_UP``, run as written by one bash process of its own: ``start`` launches it
+    and returns, ``wait`` gives its outcome, ``stop`` ends whatever it left (idempotent). The API integration
+    module starts it beside itself (tests/api/conftest.py): each leaves a core idle much of its time."""
+
+    def __init__(self) -> None:
+        self.doc, block = quickstart()
+        self.commands = [block[0], *AFTER_UP, *block[1:]]
+        # Short: Ray's temp dir goes under it, and its unix socket paths may have at most 107 characters.
+        self.work = Path(tempfile.mkdtemp(prefix="gq-", dir="/tmp"))
+        self.home, self.out = self.work / "home", self.work / "out"
+        self.out.mkdir()
+        (self.out / "snapshot.py").write_text(SNAPSHOT)
+        env = {key: value for key, value in os.environ.items() if not key.startswith(("GMTS_", "RAY_", "MLFLOW_"))}
+        env.update(GMTS_HOME=str(self.home), GMTS_PORT=str(free_port()), GMTS_MLFLOW_PORT=str(free_port()),
+                   GMTS_RAY_PORT=str(free_port()), GMTS_RAY_DASHBOARD_PORT=str(free_port()),
+                   GMTS_PORT2=str(free_port()), GMTS_TEST_PYTHON=sys.executable,
+                   PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
+                   # this checkout's code, also where the venv's editable install points at another one
+                   PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
+        self.env = env
+        self.decoy: subprocess.Popen | None = None
+        self.shell: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        # Another "Ray" of ours: gmts down must not touch it (ray stop would, by its name).
+        self.decoy = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 3000"], start_new_session=True)
+        with open(self.out / "shell.err", "w") as err:
+            self.shell = subprocess.Popen(["bash", "-c", _script(self.commands, self.out), "quickstart",
+                                           str(self.work)], env=self.env, stdout=subprocess.DEVNULL, stderr=err,
+                                          start_new_session=True)
+
+    def wait(self, timeout: float) -> tuple[int, str]:
+        """The shell's exit status and the end of its stderr."""
+        returncode = self.shell.wait(timeout=timeout)
+        return returncode, (self.out / "shell.err").read_text()[-3000:]
+
+    def stop(self) -> None:
+        if self.shell is not None and self.shell.poll() is None:
+            os.killpg(self.shell.pid, signal.SIGKILL)  # an unfinished block (the test stopped early)
+            self.shell.wait()
+        if self.decoy is not None:
+            self.decoy.kill()
+            self.decoy.wait()
+        if (self.home / "stack.json").exists():  # whatever the block left running
+            subprocess.run([sys.executable, "-m", "api.cli", "down"], env=self.env, cwd=REPO, timeout=300,
+                           check=False)
+        # What a `gmts up` killed before it recorded a part left running in a session of its own, and the
+        # API that AFTER_UP starts in its own home.
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get("GMTS_HOME", "").startswith(f"{self.work}/"):
+                    process.kill()
+            except psutil.Error:
+                pass
+        if not os.environ.get("GMTS_IT_KEEP"):
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3000)
-def test_readme_quickstart_runs_as_written() -> None:
-    doc, commands = quickstart()
-    # Short: Ray's temp dir goes under it, and its unix socket paths may have at most 107 characters.
-    work = Path(tempfile.mkdtemp(prefix="gq-", dir="/tmp"))
-    home, out = work / "home", work / "out"
-    out.mkdir()
-    (out / "snapshot.py").write_text(SNAPSHOT)
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("GMTS_", "RAY_", "MLFLOW_"))}
-    env.update(GMTS_HOME=str(home), GMTS_PORT=str(free_port()), GMTS_MLFLOW_PORT=str(free_port()),
-               GMTS_RAY_PORT=str(free_port()), GMTS_RAY_DASHBOARD_PORT=str(free_port()),
-               GMTS_PORT2=str(free_port()), GMTS_TEST_PYTHON=sys.executable, PATH=f"{Path(sys.executable).parent}:{env['PATH']}",
-               # this checkout's code, also where the venv's editable install points at another one
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])))
-    # Another "Ray" of ours: gmts down must not touch it (ray stop would, by its name).
-    decoy = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 3000"], start_new_session=True)
-    commands = [commands[0], *AFTER_UP, *commands[1:]]
+def test_readme_quickstart_runs_as_written(readme_quickstart: QuickstartRun) -> None:
+    run = readme_quickstart
+    doc, commands, home, out, decoy = run.doc, run.commands, run.home, run.out, run.decoy
     try:
-        done = subprocess.run(["bash", "-c", _script(commands, out), "quickstart", str(work)], env=env,
-                              capture_output=True, text=True, timeout=2700, check=False)
-        assert done.returncode == 0, done.stderr[-3000:]
+        returncode, stderr = run.wait(timeout=2700)
+        assert returncode == 0, stderr
         outputs = []
         for n, command in enumerate(commands):
             stdout, stderr = (out / f"out.{n}").read_text(), (out / f"err.{n}").read_text()
@@ -169,9 +218,4 @@ def test_readme_quickstart_runs_as_written() -> None:
                  and path != home / "ray" and path.stat().st_mode & 0o077]
         assert loose == []
     finally:
-        decoy.kill()
-        decoy.wait()
-        if (home / "stack.json").exists():  # whatever the block left running
-            subprocess.run([sys.executable, "-m", "api.cli", "down"], env=env, cwd=REPO, timeout=300, check=False)
-        if not os.environ.get("GMTS_IT_KEEP"):
-            shutil.rmtree(work, ignore_errors=True)
+        run.stop()
