@@ -66,8 +66,11 @@ def mlflow_ui(tracking_uri: str) -> Iterator[str]:
     """``mlflow ui`` over ``tracking_uri`` on a free loopback port; yields its base URL, stops it after."""
     port = _free_port()
     log = tempfile.TemporaryFile()
+    # Pages only: no job runner (eight processes for MLflow's GenAI jobs, as api/local_stack.py says).
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
     proc = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri, "--host",
-                             "127.0.0.1", "--port", str(port), "--workers", "1"], stdout=log, stderr=subprocess.STDOUT)
+                             "127.0.0.1", "--port", str(port), "--workers", "1"], stdout=log, stderr=subprocess.STDOUT,
+                            env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + UI_START_TIMEOUT_S
