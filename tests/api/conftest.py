@@ -108,8 +108,8 @@ def readme_quickstart():
 @pytest.fixture(scope="module", autouse=True)
 def _quickstart_beside_the_integration_tests(request: pytest.FixtureRequest) -> None:
     """Where the session runs both, the quickstart starts with the integration module and runs beside it: each
-    leaves a core idle much of its time (side by side, 277 s for both against 249 + 79 s one after the other,
-    AMD EPYC with AVX-512, 2 cores). Its test reads the outcome later; a module run alone starts nothing extra."""
+    leaves a core idle much of its time, so the two together end sooner than one after the other. Its test reads
+    the outcome later; a module run alone starts nothing extra."""
     if request.module.__name__.endswith(".test_integration") and any(
             item.name == QUICKSTART_TEST for item in request.session.items):
         request.getfixturevalue("readme_quickstart")
