@@ -30,7 +30,8 @@ runs whose key hashes to k mod n, so two processes share a journal; an invocatio
 runs it (step 3 only once step 1 is complete for that size) and prints the tables from the journal. ``--plan``
 prints what is missing; ``--tables-only`` runs nothing; ``--code-version V`` lets those two read the runs of another
 checkout's training code (a grid runs for days from a worktree frozen at one commit while main moves on);
-``--smoke`` makes one real 2-step run without the warm-up.
+``--size S`` plans and runs only that model size (its runs depend on no other size's, so a size can run in a journal
+of its own); ``--smoke`` makes one real 2-step run without the warm-up.
 
     python -m benchmarks.paper_grid --journal benchmarks/journals/paper_grid.jsonl --plan
 """
@@ -171,10 +172,12 @@ def cell_runs(cell: Cell, chosen: dict[str, float], steps: int = RL_STEPS) -> li
     return [_run_of(cell, arm, chosen[arm], seed, steps) for seed in cell.seeds for arm in cell.arms]
 
 
-def plan(records: dict[PlannedRun, dict], steps: int = RL_STEPS) -> list[PlannedRun]:
-    """Every run still missing that can run now: step 1's, and each cell's once its size's lrs are chosen."""
+def plan(records: dict[PlannedRun, dict], steps: int = RL_STEPS,
+         sizes: tuple[str, ...] = tuple(SIZES)) -> list[PlannedRun]:
+    """Every run of ``sizes`` still missing that can run now: step 1's, and each cell's once its size's lrs are
+    chosen."""
     missing: list[PlannedRun] = []
-    for size in SIZES:
+    for size in sizes:
         missing += [run for run in lr_runs(size, steps) if run not in records and run not in missing]
         chosen = choose_lrs(size, records, steps)
         if chosen is None:
@@ -248,7 +251,8 @@ def _every_lr_choice(size: str):
         yield dict.fromkeys(ARMS, lr)
 
 
-def run_missing(journal: RunJournal, steps: int, shard: tuple[int, int] | None, limit: int | None) -> int:
+def run_missing(journal: RunJournal, steps: int, shard: tuple[int, int] | None, limit: int | None,
+                sizes: tuple[str, ...] = tuple(SIZES)) -> int:
     from benchmarks.ray_session import start_local_ray
 
     import ray
@@ -258,7 +262,7 @@ def run_missing(journal: RunJournal, steps: int, shard: tuple[int, int] | None, 
     try:
         while limit is None or done < limit:
             records = load_records(journal, steps)
-            todo = [run for run in plan(records, steps) if shard is None or run.shard_of(shard[1]) == shard[0]]
+            todo = [run for run in plan(records, steps, sizes) if shard is None or run.shard_of(shard[1]) == shard[0]]
             if not todo:
                 break
             if not started:
@@ -365,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=RL_STEPS, help=f"RL steps per run (default {RL_STEPS})")
     parser.add_argument("--shard", help="k/n: run only the runs whose key hashes to k mod n")
     parser.add_argument("--limit", type=int, help="stop after this many new runs")
+    parser.add_argument("--size", action="append", choices=tuple(SIZES), help="plan and run only this model size "
+                        "(repeatable; default: every size): a size's runs are a grid of their own (its lr step, its "
+                        "cells, its base), so one size can run in a journal of its own, e.g. on another CPU kind")
     parser.add_argument("--plan", action="store_true", help="print what is missing, run nothing")
     parser.add_argument("--tables-only", action="store_true", help="print the tables from the journal, run nothing")
     parser.add_argument("--code-version", help="with --plan or --tables-only: read the runs another checkout's training "
@@ -383,16 +390,17 @@ def main(argv: list[str] | None = None) -> int:
                      "that made it")
     shard = parse_shard(args.shard)
     journal = RunJournal(args.journal, args.code_version)
+    sizes = tuple(args.size or SIZES)
     if args.plan:
         records = load_records(journal, args.steps)
-        todo = plan(records, args.steps)
+        todo = plan(records, args.steps, sizes)
         print(f"{len(records)} of {total_runs()} runs in {args.journal} (code version {journal.code_version}); "
               f"{len(todo)} can run now:")
         for run in todo:
             print(f"  {run.size} {run.algorithm} {run.arm} ρ={run.ratio} {run.mode} lr={run.lr:g} seed={run.seed}")
         return 0
     if not args.tables_only:
-        run_missing(journal, args.steps, shard, args.limit)
+        run_missing(journal, args.steps, shard, args.limit, sizes)
         journal = RunJournal(args.journal)
     records = load_records(journal, args.steps)
     print(f"training code version {journal.code_version}")

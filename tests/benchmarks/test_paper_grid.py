@@ -110,6 +110,20 @@ def test_another_checkouts_runs_are_read_only_when_named(tmp_path: Path, capsys)
     assert "--code-version reads a journal" in capsys.readouterr().err
 
 
+def test_one_size_plans_and_runs_alone(tmp_path: Path, capsys) -> None:
+    # tiny-s's lrs chosen: without --size its cells would be next; with --size tiny-m only tiny-m's lr step is.
+    records = _lr_records("tiny-s", dict.fromkeys(grid.ARMS, 2.5e-5))
+    todo = grid.plan(records, sizes=("tiny-m",))
+    assert todo == grid.lr_runs("tiny-m")
+    assert {r.size for r in grid.plan(records)} == {"tiny-s", "tiny-m"}
+    grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--size", "tiny-m"])
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(listed) == len(grid.lr_runs("tiny-m")) and all(line.startswith("  tiny-m ") for line in listed)
+    with pytest.raises(SystemExit):
+        grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--size", "tiny-xl"])
+    assert "--size" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("cell", grid.CELLS, ids=lambda c: c.label)
 def test_every_run_the_grid_would_start_is_a_valid_config(cell: grid.Cell) -> None:
     for run in grid.cell_runs(cell, dict.fromkeys(grid.ARMS, 5e-5))[:len(cell.arms)]:
