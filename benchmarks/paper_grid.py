@@ -202,6 +202,7 @@ def total_runs() -> int:
 
 def execute(run: PlannedRun) -> dict:
     """One training run (real Ray, vLLM, DeepSpeed learner) and its journal record."""
+    from benchmarks.report import cpu_kind
     from benchmarks.training_runs import run_loop
 
     result = run_loop(run.preset, run.overrides(), run.steps)
@@ -210,7 +211,7 @@ def execute(run: PlannedRun) -> dict:
              for key in ROLE_KEYS if any(key in step for step in history)}
     return {"final": result.final_metrics,
             "entry": {"size": run.size, "arm": run.arm, "algorithm": run.algorithm, "ratio": run.ratio,
-                      "mode": run.mode, "lr": run.lr, "seed": run.seed, "steps": len(history),
+                      "mode": run.mode, "lr": run.lr, "seed": run.seed, "steps": len(history), "host": cpu_kind(),
                       "wall_seconds": result.wall_seconds, "median_step_seconds": result.median("time/step"),
                       "base_accuracy": result.initial_metrics.get(TEST_METRIC),
                       "first_step": {key: history[0].get(key) for key in FIRST_STEP_KEYS} if history else {},
@@ -285,7 +286,8 @@ def run_missing(journal: RunJournal, steps: int, shard: tuple[int, int] | None, 
 
 def tables(records: dict[PlannedRun, dict], steps: int = RL_STEPS) -> str:
     """The report, in Markdown, from the records alone (the journal rebuilds it in seconds)."""
-    lines = [f"# paper_grid — {len(records)} of {total_runs()} runs in the journal, {steps} RL steps each", ""]
+    lines = [f"# paper_grid — {len(records)} of {total_runs()} runs in the journal, {steps} RL steps each", "",
+             "CPU kinds of the runs: " + host_kinds(records), ""]
     for size in SIZES:
         chosen = choose_lrs(size, records, steps)
         lines += [f"## {size} ({SIZES[size]})", ""]
@@ -350,6 +352,15 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
         lines.append(f"| {pair.a} − {pair.b} | {interval} | {difference.n} | "
                      + " / ".join(f"{100 * value:+.1f}" for value in pair.per_seed.values()) + " |")
     return lines + [""]
+
+
+def host_kinds(records: dict[PlannedRun, dict]) -> str:
+    """Which CPU kinds made the runs, with counts (runs journalled before the kind was recorded: "not recorded").
+    One kind is what a table needs: the same run gives other bits on another kind."""
+    counts: dict[str, int] = defaultdict(int)
+    for record in records.values():
+        counts[record["entry"].get("host", "not recorded")] += 1
+    return ", ".join(f"{kind} ({n})" for kind, n in sorted(counts.items())) or "none yet"
 
 
 def seed_check(records: dict[PlannedRun, dict]) -> list[str]:

@@ -59,6 +59,7 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": _cpu_model(),
+        "cpu_kind": cpu_kind(),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_gib": _memory_gib(),
@@ -81,13 +82,25 @@ def versions() -> dict[str, str | None]:
 
 
 def _cpu_model() -> str | None:
+    return _cpuinfo_field("model name") or platform.processor() or None
+
+
+def cpu_kind() -> str:
+    """The CPU model and whether it has AVX-512: two hosts that share both compute a run's floats alike, and hosts
+    sold under one model name differ in it (AMD EPYC hosts with and without AVX-512 give other bits, so a journal
+    of runs must not mix them)."""
+    flags = (_cpuinfo_field("flags") or "").split()
+    return f"{_cpu_model() or 'unknown CPU'} ({'with' if 'avx512f' in flags else 'without'} AVX-512)"
+
+
+def _cpuinfo_field(name: str) -> str | None:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.split(":", 1)[0].strip() == name:
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or None
+    return None
 
 
 def _memory_gib() -> float | None:

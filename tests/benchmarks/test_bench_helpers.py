@@ -136,3 +136,15 @@ def test_jail_cost_times_both_paths_on_every_task() -> None:
     assert row["checks"] == 3
     assert {"jail_wall_ms", "jail_cpu_ms", "in_process_wall_ms", "in_process_cpu_ms"} <= set(row)
     assert row["jail_wall_ms"] > 0 and row["in_process_wall_ms"] >= 0
+
+
+def test_cpu_kind_names_the_model_and_avx512_as_the_cpuinfo_flags_say() -> None:
+    from pathlib import Path
+
+    from benchmarks.report import cpu_kind, machine_info
+
+    cpuinfo = Path("/proc/cpuinfo").read_text()
+    flags = next(line for line in cpuinfo.splitlines() if line.startswith("flags")).split(":", 1)[1].split()
+    model = next(line for line in cpuinfo.splitlines() if line.startswith("model name")).split(":", 1)[1].strip()
+    assert cpu_kind() == f"{model} ({'with' if 'avx512f' in flags else 'without'} AVX-512)"
+    assert machine_info()["cpu_kind"] == cpu_kind()

@@ -81,7 +81,11 @@ def test_tables_give_intervals_paired_differences_and_where_the_tokens_go() -> N
     assert "(lrs chosen at GRPO top-20 %, not in this cell)" in text
     assert "lrs not chosen yet" in text.split("## tiny-m (")[1]
     assert grid.seed_check(records) == []
+    assert f"CPU kinds of the runs: not recorded ({len(records)})" in text
     some = next(iter(records))
+    records[some]["entry"]["host"] = "AMD EPYC (with AVX-512)"
+    assert f"CPU kinds of the runs: AMD EPYC (with AVX-512) (1), not recorded ({len(records) - 1})" in \
+        grid.tables(records)
     records[some]["entry"]["first_step"]["reward/mean"] = 0.99
     assert grid.seed_check(records) == [f"{some.size} {some.algorithm} seed {some.seed}: 2 first-step signatures"]
 
