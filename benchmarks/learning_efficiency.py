@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.ray_session import start_local_ray
-from benchmarks.report import BenchmarkResult, Figure
+from benchmarks.report import BenchmarkResult, Figure, cpu_kind
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop
 from sweeps.statistics import Estimate, paired_comparisons, t_interval
 from workers.learner.recipes import RECIPES
@@ -157,7 +157,7 @@ def _run_grid(cfg: dict, grid: list, journal: RunJournal | None, shard: tuple[in
                     started_ray = True
                 result: LoopRun = run_loop(PRESET, overrides, cfg["steps"])
                 record = {"final": result.final_metrics,
-                          "entry": {"arm": arm.name, "method": arm.name, "lr": lr, "seed": seed,
+                          "entry": {"arm": arm.name, "method": arm.name, "lr": lr, "seed": seed, "host": cpu_kind(),
                                     "steps": len(result.history), "wall_seconds": result.wall_seconds,
                                     "base_accuracy": result.initial_metrics.get("base/accuracy"),
                                     "first_step": {k: result.history[0].get(k) for k in FIRST_STEP_KEYS}}}

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from benchmarks.learning_efficiency import ARMS as LEARNING_EFFICIENCY_ARMS
 from benchmarks.learning_efficiency import FIRST_STEP_KEYS, Arm, RunJournal, seed_check_figures
-from benchmarks.report import BenchmarkResult, Figure, machine_info, versions, write_report
+from benchmarks.report import BenchmarkResult, Figure, cpu_kind, machine_info, versions, write_report
 from benchmarks.training_runs import LoopRun, require_loop, rl_step_shape, run_loop, run_loop_for_seconds
 from sweeps.statistics import paired_comparisons, t_interval
 
@@ -114,7 +114,7 @@ def sampled_answers(run: LoopRun, problems: list, shown: int = SHOWN_ANSWERS) ->
 def _record(arm: str, seed: int, run: LoopRun, problems: list) -> dict:
     steps = run.history
     return {"samples": sampled_answers(run, problems), "arm": arm, "seed": seed, "steps": len(steps),
-            "rl_seconds": run.rl_seconds,
+            "rl_seconds": run.rl_seconds, "host": cpu_kind(),
             "wall_seconds": run.wall_seconds, "budget_reached": run.budget_reached,
             "median_step_seconds": run.median("time/step"),
             "accuracy": run.final_metrics[TEST_METRIC], "response_length": run.final_metrics.get(LENGTH_METRIC),
