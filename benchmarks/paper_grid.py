@@ -43,11 +43,12 @@ import hashlib
 import json
 import logging
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.learning_efficiency import Arm, RunJournal, parse_shard
+from benchmarks.report import cpu_kind
 from sweeps.statistics import paired_comparisons, t_interval
 
 logger = logging.getLogger(__name__)
@@ -202,7 +203,6 @@ def total_runs() -> int:
 
 def execute(run: PlannedRun) -> dict:
     """One training run (real Ray, vLLM, DeepSpeed learner) and its journal record."""
-    from benchmarks.report import cpu_kind
     from benchmarks.training_runs import run_loop
 
     result = run_loop(run.preset, run.overrides(), run.steps)
@@ -357,9 +357,7 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
 def host_kinds(records: dict[PlannedRun, dict]) -> str:
     """Which CPU kinds made the runs, with counts (runs journalled before the kind was recorded: "not recorded").
     One kind is what a table needs: the same run gives other bits on another kind."""
-    counts: dict[str, int] = defaultdict(int)
-    for record in records.values():
-        counts[record["entry"].get("host", "not recorded")] += 1
+    counts = Counter(record["entry"].get("host", "not recorded") for record in records.values())
     return ", ".join(f"{kind} ({n})" for kind, n in sorted(counts.items())) or "none yet"
 
 
