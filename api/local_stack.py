@@ -13,6 +13,7 @@ Everything lives in one owner-only folder, ``$GMTS_HOME`` or ``~/.local/share/gm
     mlflow.db, mlartifacts/   the MLflow server's store
     logs/             one log per process: ray.log, mlflow.log, api.log
     ray/              Ray's temp dir, when its path is short enough for unix sockets
+    tmp/              the Ray head's TMPDIR (beside ray/): emptied and removed when the head stops
 
 Children run with umask 077, so what they write under the folder is owner-only too.
 """
@@ -213,8 +214,12 @@ def _launch_ray(home: Path, logs: Path, ports: Ports, stack: dict) -> dict:
         temp_dir = _private_dir(Path("/tmp") / f"gmts-{os.getuid()}-{secrets.token_hex(4)}") / "ray"
     env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     # LOCAL_ONLY_ENV: the node's address is loopback, so every Ray server of this one-machine stack listens there.
+    # Python's temp files of every process under the head go into the stack's own folder: the dashboard's
+    # multiprocessing forkserver makes a pymp-* folder there and is killed with the node, so its exit
+    # handlers never remove it; beside ray/, so that its unix sockets' paths stay as short.
+    scratch = _private_dir(temp_dir.parent / "tmp")
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), RAY_USAGE_STATS_ENABLED="0",
-               **{LOCAL_ONLY_ENV: "0"})
+               TMPDIR=str(scratch), **{LOCAL_ONLY_ENV: "0"})
     # Ray's side ports get free ones: their defaults (10001, 52365 …) belong to any other Ray cluster here.
     side_ports = ["--ray-client-server-port", "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
                   "--metrics-export-port", "--runtime-env-agent-port", "--node-manager-port", "--object-manager-port"]
@@ -226,7 +231,7 @@ def _launch_ray(home: Path, logs: Path, ports: Ports, stack: dict) -> dict:
     # Job drivers run in the head's working directory: the repository, where sweeps/ and orchestrator/ are.
     record = _start("ray", args, logs / "ray.log", env)
     record.update(url=f"http://127.0.0.1:{ports.ray_dashboard}", gcs_address=f"127.0.0.1:{ports.ray}",
-                  token_file=str(token_file), temp_dir=str(temp_dir))
+                  token_file=str(token_file), temp_dir=str(temp_dir), scratch_dir=str(scratch))
     return record
 
 
@@ -437,7 +442,8 @@ def down(say: Callable[[str], None] = print) -> int:
 def _stop_part(record: dict | None, grace: float = 30.0) -> list[int]:
     """SIGTERM to the recorded process, up to ``grace`` seconds for it to end its own children, then
     SIGTERM to every process of its group and every descendant seen before or after (Ray starts job
-    drivers in sessions of their own), 5 s, SIGKILL to what is left; checks that nothing of it is alive.
+    drivers in sessions of their own), 5 s, SIGKILL to what is left; checks that nothing of it is alive,
+    then removes the part's scratch folder (its TMPDIR), which nothing of it can still be writing.
 
     The leader goes first because `ray start --block` shuts its node down in order within seconds,
     while gcs_server and raylet signalled directly wait out a drain period of their own."""
@@ -457,6 +463,8 @@ def _stop_part(record: dict | None, grace: float = 30.0) -> list[int]:
     left = [proc.pid for proc in alive if _running(proc)]
     if left:
         raise StackError(f"the {TITLES[record['part']]}'s processes {left} survived SIGKILL")
+    if record.get("scratch_dir"):
+        shutil.rmtree(record["scratch_dir"], ignore_errors=True)
     return sorted(family)
 
 

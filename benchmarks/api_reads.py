@@ -39,7 +39,6 @@ import secrets
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -315,8 +314,11 @@ def _start_ray_head(work: Path, token: str, started: list[subprocess.Popen]) -> 
 
     dashboard = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_", "GMTS_"))}
+    # TMPDIR inside the run's folder, as `gmts up` does: the dashboard's forkserver leaves its pymp-* there.
+    scratch = work / "tmp"
+    scratch.mkdir(mode=0o700, exist_ok=True)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token, PATH=f"{VENV_BIN}:{env['PATH']}",
-               RAY_USAGE_STATS_ENABLED="0")
+               RAY_USAGE_STATS_ENABLED="0", TMPDIR=str(scratch))
     ports = [arg for flag in ("--port", "--ray-client-server-port", "--dashboard-agent-listen-port",
                               "--dashboard-agent-grpc-port", "--metrics-export-port", "--runtime-env-agent-port",
                               "--node-manager-port", "--object-manager-port") for arg in (flag, str(_free_port()))]

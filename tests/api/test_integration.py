@@ -177,8 +177,11 @@ class Stack:
     def _launch_ray(self, attempt: int) -> subprocess.Popen:
         """``ray start --head`` on loopback with RAY_AUTH_MODE=token."""
         env = {key: value for key, value in os.environ.items() if not key.startswith(("RAY_", "MLFLOW_", "GMTS_"))}
+        # TMPDIR inside the module's folder, as `gmts up` does: the dashboard's forkserver leaves its pymp-* there.
+        scratch = self.work / "tmp"
+        scratch.mkdir(mode=0o700, exist_ok=True)
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=TOKEN, PATH=f"{VENV_BIN}:{env['PATH']}",
-                   RAY_USAGE_STATS_ENABLED="0")
+                   RAY_USAGE_STATS_ENABLED="0", TMPDIR=str(scratch))
         ports = {flag: str(free_port()) for flag in ("--port", "--ray-client-server-port",
                                                      "--dashboard-agent-listen-port", "--dashboard-agent-grpc-port",
                                                      "--metrics-export-port", "--runtime-env-agent-port",

@@ -81,6 +81,7 @@ def _script(commands: list[str], out: Path) -> str:
     for n, command in enumerate(commands):
         lines += ["{", command, f"}} >{out}/out.{n} 2>{out}/err.{n}", f"echo $? >{out}/rc.{n}",
                   f"cp \"$GMTS_HOME/stack.json\" {out}/stack.{n} 2>/dev/null",
+                  f"ls -A \"$GMTS_HOME/tmp\" >{out}/tmp.{n} 2>/dev/null",
                   f"\"$GMTS_TEST_PYTHON\" {out}/snapshot.py {out}/ps.{n}"]
     return "\n".join(lines) + "\n"
 
@@ -208,6 +209,11 @@ def test_readme_quickstart_runs_as_written(readme_quickstart: QuickstartRun) -> 
         assert [pid for pid in family if _alive(pid, times[pid])] == []
         assert decoy.poll() is None
         assert json.loads((home / "stack.json").read_text()) == {"home": str(home)}
+        # Python temp files of the head's processes went into the stack's folder (Ray's dashboard runs a
+        # multiprocessing forkserver, whose pymp-* folder outlives the node), and left with the head.
+        assert stack["ray"]["scratch_dir"] == str(home / "tmp")
+        assert any(name.startswith("pymp-") for name in (out / f"tmp.{before_down}").read_text().split())
+        assert not (home / "tmp").exists()
 
         # owner-only: the folder, tokens, stack.json, logs, stores (Ray's temp dir is world-writable by
         # Ray's own choice; it is inside the owner-only folder)
