@@ -23,6 +23,7 @@ PRESETS = ("cpu-tiny-s", "cpu-tiny-m", "cpu-tiny-worked", "cpu-tiny-m-worked")
 FACTORS = (0.9, 0.95, 1.0, 1.05, 1.1)
 TOLERANCE_POINTS = 2.0
 TEST_SET = "arithmetic"
+SHOWN_ANSWERS = 4
 
 
 def run(smoke: bool) -> dict:
@@ -59,11 +60,10 @@ def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, 
     import torch
     from transformers import AutoModelForCausalLM
 
-    from workers.models.char_tokenizer import load_tokenizer
-
     from orchestrator.base_policy import base_checksum, prepare_policy
     from orchestrator.config_loader import load_experiment
     from orchestrator.data import load_dataset, prompt_token_ids
+    from workers.models.char_tokenizer import load_tokenizer
     from workers.reward.arithmetic_verifier import verify_arithmetic
 
     config = load_experiment(preset, list(overrides))
@@ -80,22 +80,67 @@ def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, 
         "num_return_sequences": samples}
     torch.manual_seed(config.evaluation.seed)
     correct = 0
+    shown: dict[int, dict] = {}  # the first test problems' sampled answers: what the accuracy counts
     with torch.inference_mode():
         for start in range(0, len(problems), 256):
             chunk = problems[start:start + 256]
             # Prompts of one length at a time: no padding, so nothing about the batch changes a prompt's logits.
             by_length: dict[int, list] = {}
-            for problem in chunk:
+            for index, problem in enumerate(chunk, start):
                 ids = prompt_token_ids(problem, tokenizer, config.data.prompt_template)
-                by_length.setdefault(len(ids), []).append((ids, problem))
+                by_length.setdefault(len(ids), []).append((ids, index, problem))
             for items in by_length.values():
-                inputs = torch.tensor([ids for ids, _ in items])
+                inputs = torch.tensor([ids for ids, _, _ in items])
                 out = model.generate(inputs, attention_mask=torch.ones_like(inputs),
                                      max_new_tokens=config.rollout.max_new_tokens, pad_token_id=tokenizer.eos_token_id,
                                      **decoding)
                 rows = out[:, inputs.shape[1]:].reshape(len(items), samples, -1)
-                for answers, (_, problem) in zip(rows, items):
-                    correct += sum(verify_arithmetic(tokenizer.decode(row, skip_special_tokens=True), problem) == 1.0
-                                   for row in answers)
+                for answers, (_, index, problem) in zip(rows, items):
+                    texts = [tokenizer.decode(row, skip_special_tokens=True) for row in answers]
+                    rewards = [verify_arithmetic(text, problem) for text in texts]
+                    correct += sum(reward == 1.0 for reward in rewards)
+                    if index < SHOWN_ANSWERS:
+                        shown[index] = {"id": problem.id, "prompt": problem.prompt, "answers": texts,
+                                        "rewards": rewards}
     return {"steps": steps, "problems": len(problems), "samples": samples, "correct": int(correct),
-            "accuracy": correct / (samples * len(problems)), "checksum": base_checksum(policy)}
+            "accuracy": correct / (samples * len(problems)), "checksum": base_checksum(policy),
+            "answers": [shown[index] for index in sorted(shown)]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One preset's warm-up at the given factors of its steps, each scored as ``run`` scores it, one JSON line each
+    (the first test problems' sampled answers with their rewards included), then the plateau verdict over them."""
+    import argparse
+    import contextlib
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.base_sensitivity",
+        description="Score one preset's warm-up at some factors of its steps (a plateau check), or probe another "
+                    "warm-up with --set (e.g. --set warmup.examples=850), as the preset evaluates.")
+    parser.add_argument("--preset", required=True, help="a preset name or YAML file")
+    parser.add_argument("--factors", type=float, nargs="+", default=list(FACTORS), metavar="F",
+                        help="factors of the preset's warm-up steps (default: %(default)s)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override, as the CLI's --set (repeatable)")
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N test problems")
+    args = parser.parse_args(argv)
+    if any(factor <= 0 for factor in args.factors):
+        parser.error("--factors: each factor must be > 0")
+    scores = {}
+    for factor in args.factors:
+        # stdout carries only the JSON lines: what the warm-up imports (DeepSpeed's logger) writes there goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            scores[factor] = _score(args.preset, factor, args.limit, tuple(args.overrides))
+        print(json.dumps({"preset": args.preset, "overrides": args.overrides, "factor": factor, **scores[factor]}),
+              flush=True)
+    accuracies = [100 * score["accuracy"] for score in scores.values()]
+    spread = max(accuracies) - min(accuracies)
+    print(json.dumps({"preset": args.preset, "overrides": args.overrides, "largest_difference_points": round(spread, 2),
+                      "plateau": spread <= TOLERANCE_POINTS}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,39 @@
+"""``python -m benchmarks.base_sensitivity``: one preset's warm-up scored at some factors of its steps, as the preset
+evaluates, with the sampled answers to the first test problems that its accuracy counts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import base_sensitivity
+from orchestrator.config_loader import load_experiment
+from orchestrator.data import load_dataset
+from workers.reward.arithmetic_verifier import verify_arithmetic
+
+
+def test_a_factor_that_is_not_positive_is_refused_naming_it(capsys) -> None:
+    with pytest.raises(SystemExit):
+        base_sensitivity.main(["--preset", "cpu-tiny-s", "--factors", "1.0", "0"])
+    assert "--factors" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_probe_scores_its_warm_up_and_shows_the_answers_it_counts(capsys) -> None:
+    # The benchmark smoke's 50-step warm-up: whichever of the two runs first warms it up, the other finds it cached.
+    base_sensitivity.main(["--preset", "cpu-tiny-s", "--set", "warmup.steps=50", "--factors", "1.0", "--limit", "8"])
+    score, verdict = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    assert (score["preset"], score["overrides"], score["factor"], score["steps"]) == (
+        "cpu-tiny-s", ["warmup.steps=50"], 1.0, 50)
+    assert score["problems"] == 8 and score["accuracy"] == score["correct"] / (8 * score["samples"])
+    config = load_experiment("cpu-tiny-s", ["warmup.steps=50"])
+    problems = load_dataset(config.data.eval[base_sensitivity.TEST_SET].model_copy(update={"limit": 8}))
+    shown = score["answers"]
+    assert [row["id"] for row in shown] == [problem.id for problem in problems[:base_sensitivity.SHOWN_ANSWERS]]
+    for row, problem in zip(shown, problems):
+        assert row["prompt"] == problem.prompt and len(row["answers"]) == score["samples"]
+        assert row["rewards"] == [verify_arithmetic(text, problem) for text in row["answers"]]
+    assert sum(reward == 1.0 for row in shown for reward in row["rewards"]) <= score["correct"]
+    assert verdict == {"preset": "cpu-tiny-s", "overrides": ["warmup.steps=50"], "largest_difference_points": 0.0,
+                       "plateau": True}
