@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any(factor <= 0 for factor in args.factors):
         parser.error("--factors: each factor must be > 0")
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit: must be ≥ 1")
     scores = {}
     for factor in args.factors:
         # stdout carries only the JSON lines: what the warm-up imports (DeepSpeed's logger) writes there goes to stderr.

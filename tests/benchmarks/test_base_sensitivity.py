@@ -13,10 +13,11 @@ from orchestrator.data import load_dataset
 from workers.reward.arithmetic_verifier import verify_arithmetic
 
 
-def test_a_factor_that_is_not_positive_is_refused_naming_it(capsys) -> None:
+@pytest.mark.parametrize(("args", "named"), [(["--factors", "1.0", "0"], "--factors"), (["--limit", "0"], "--limit")])
+def test_bad_arguments_are_refused_naming_them(args, named, capsys) -> None:
     with pytest.raises(SystemExit):
-        base_sensitivity.main(["--preset", "cpu-tiny-s", "--factors", "1.0", "0"])
-    assert "--factors" in capsys.readouterr().err
+        base_sensitivity.main(["--preset", "cpu-tiny-s", *args])
+    assert named in capsys.readouterr().err
 
 
 @pytest.mark.slow
