@@ -164,7 +164,9 @@ def connect_ray(address: str | None) -> bool:
     if os.environ.get("RAY_ADDRESS"):
         ray.init(**quiet)
         return False
-    start_embedded(runtime_env=console_logs.runtime_env(), **quiet)
+    # No dashboard: nothing here uses the Jobs or state API, and its processes cost start-up CPU and leave their
+    # multiprocessing forkserver's pymp-* folder in /tmp when the cluster stops.
+    start_embedded(runtime_env=console_logs.runtime_env(), include_dashboard=False, **quiet)
     return True
 
 
