@@ -31,7 +31,14 @@ runs it (step 3 only once step 1 is complete for that size) and prints the table
 prints what is missing; ``--tables-only`` runs nothing; ``--code-version V`` lets those two read the runs of another
 checkout's training code (a grid runs for days from a worktree frozen at one commit while main moves on);
 ``--size S`` plans and runs only that model size (its runs depend on no other size's, so a size can run in a journal
-of its own); ``--smoke`` makes one real 2-step run without the warm-up.
+of its own); ``--seed N`` only that seed's runs; ``--smoke`` makes one real 2-step run without the warm-up.
+
+CPU kinds. The same run gives other bits on another CPU kind (floating-point kernels chosen by instruction set), so
+**every run of one size and seed runs on one kind**: the seed's base is trained there, and the arms it compares share
+that base and their first step's rollouts. Different seeds may run on different kinds: every difference is paired by
+seed and every lr choice averages the same seeds for every arm, so a seed's kind is, like the seed itself, a
+per-seed draw both arms of a pair share. ``--seed`` lets one sitting on one kind finish one seed; the seed check
+reports a seed whose runs came from two kinds, and the tables say which kind made each seed.
 
     python -m benchmarks.paper_grid --journal benchmarks/journals/paper_grid.jsonl --plan
 """
@@ -173,10 +180,10 @@ def cell_runs(cell: Cell, chosen: dict[str, float], steps: int = RL_STEPS) -> li
     return [_run_of(cell, arm, chosen[arm], seed, steps) for seed in cell.seeds for arm in cell.arms]
 
 
-def plan(records: dict[PlannedRun, dict], steps: int = RL_STEPS,
-         sizes: tuple[str, ...] = tuple(SIZES)) -> list[PlannedRun]:
-    """Every run of ``sizes`` still missing that can run now: step 1's, and each cell's once its size's lrs are
-    chosen."""
+def plan(records: dict[PlannedRun, dict], steps: int = RL_STEPS, sizes: tuple[str, ...] = tuple(SIZES),
+         seeds: tuple[int, ...] | None = None) -> list[PlannedRun]:
+    """Every run of ``sizes`` (and ``seeds``; None: all) still missing that can run now: step 1's, and each cell's
+    once its size's lrs are chosen."""
     missing: list[PlannedRun] = []
     for size in sizes:
         missing += [run for run in lr_runs(size, steps) if run not in records and run not in missing]
@@ -186,7 +193,7 @@ def plan(records: dict[PlannedRun, dict], steps: int = RL_STEPS,
         for cell in CELLS:
             if cell.size == size:
                 missing += [run for run in cell_runs(cell, chosen, steps) if run not in records and run not in missing]
-    return missing
+    return [run for run in missing if seeds is None or run.seed in seeds]
 
 
 def total_runs() -> int:
@@ -253,7 +260,7 @@ def _every_lr_choice(size: str):
 
 
 def run_missing(journal: RunJournal, steps: int, shard: tuple[int, int] | None, limit: int | None,
-                sizes: tuple[str, ...] = tuple(SIZES)) -> int:
+                sizes: tuple[str, ...] = tuple(SIZES), seeds: tuple[int, ...] | None = None) -> int:
     from benchmarks.ray_session import start_local_ray
 
     import ray
@@ -263,7 +270,8 @@ def run_missing(journal: RunJournal, steps: int, shard: tuple[int, int] | None, 
     try:
         while limit is None or done < limit:
             records = load_records(journal, steps)
-            todo = [run for run in plan(records, steps, sizes) if shard is None or run.shard_of(shard[1]) == shard[0]]
+            todo = [run for run in plan(records, steps, sizes, seeds)
+                    if shard is None or run.shard_of(shard[1]) == shard[0]]
             if not todo:
                 break
             if not started:
@@ -291,6 +299,10 @@ def tables(records: dict[PlannedRun, dict], steps: int = RL_STEPS) -> str:
     for size in SIZES:
         chosen = choose_lrs(size, records, steps)
         lines += [f"## {size} ({SIZES[size]})", ""]
+        by_seed = kinds_by_seed(records, size)
+        if by_seed:
+            lines += ["CPU kind of each seed's runs: " + "; ".join(
+                f"seed {seed} {', '.join(sorted(kinds))}" for seed, kinds in sorted(by_seed.items())), ""]
         lines += _lr_table(size, records, steps, chosen)
         if chosen is None:
             lines += ["", "lrs not chosen yet: the cells wait for every lr run of this size.", ""]
@@ -356,19 +368,33 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
 
 def host_kinds(records: dict[PlannedRun, dict]) -> str:
     """Which CPU kinds made the runs, with counts (runs journalled before the kind was recorded: "not recorded").
-    One kind is what a table needs: the same run gives other bits on another kind."""
+    One kind per size and seed is what a table needs (the module docstring says why)."""
     counts = Counter(record["entry"].get("host", "not recorded") for record in records.values())
     return ", ".join(f"{kind} ({n})" for kind, n in sorted(counts.items())) or "none yet"
 
 
+def kinds_by_seed(records: dict[PlannedRun, dict], size: str) -> dict[int, set[str]]:
+    """The CPU kinds that made each seed's runs of ``size`` (one each, when the grid ran as it should)."""
+    kinds: dict[int, set[str]] = defaultdict(set)
+    for run, record in records.items():
+        if run.size == size:
+            kinds[run.seed].add(record["entry"].get("host", "not recorded"))
+    return dict(kinds)
+
+
 def seed_check(records: dict[PlannedRun, dict]) -> list[str]:
-    """Within a size, algorithm and seed every arm's first-step rollouts score the same (no update yet)."""
+    """Within a size, algorithm and seed every arm's first-step rollouts score the same (no update yet), and
+    within a size and seed every run came from one CPU kind (the arms a seed pairs share its base's bits)."""
     signatures: dict[tuple, set] = defaultdict(set)
     for run, record in records.items():
         first = record["entry"]["first_step"]
         signatures[(run.size, run.algorithm, run.seed)].add(tuple(first.get(k) for k in FIRST_STEP_KEYS))
-    return [f"{size} {algorithm} seed {seed}: {len(found)} first-step signatures"
-            for (size, algorithm, seed), found in sorted(signatures.items()) if len(found) != 1]
+    problems = [f"{size} {algorithm} seed {seed}: {len(found)} first-step signatures"
+                for (size, algorithm, seed), found in sorted(signatures.items()) if len(found) != 1]
+    for size in SIZES:
+        problems += [f"{size} seed {seed}: runs from {len(kinds)} CPU kinds ({', '.join(sorted(kinds))})"
+                     for seed, kinds in sorted(kinds_by_seed(records, size).items()) if len(kinds) > 1]
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", action="append", choices=tuple(SIZES), help="plan and run only this model size "
                         "(repeatable; default: every size): a size's runs are a grid of their own (its lr step, its "
                         "cells, its base), so one size can run in a journal of its own, e.g. on another CPU kind")
+    parser.add_argument("--seed", type=int, action="append", help="plan and run only this seed's runs (repeatable; "
+                        "default: every seed): all of a seed's runs of a size belong on one CPU kind, so one sitting "
+                        "on one kind can finish a seed")
     parser.add_argument("--plan", action="store_true", help="print what is missing, run nothing")
     parser.add_argument("--tables-only", action="store_true", help="print the tables from the journal, run nothing")
     parser.add_argument("--code-version", help="with --plan or --tables-only: read the runs another checkout's training "
@@ -400,16 +429,20 @@ def main(argv: list[str] | None = None) -> int:
     shard = parse_shard(args.shard)
     journal = RunJournal(args.journal, args.code_version)
     sizes = tuple(args.size or SIZES)
+    every_seed = sorted({seed for cell in CELLS for seed in cell.seeds})
+    if args.seed and not set(args.seed) <= set(every_seed):
+        parser.error(f"--seed: the grid's seeds are {', '.join(map(str, every_seed))}; got {args.seed}")
+    seeds = tuple(args.seed) if args.seed else None
     if args.plan:
         records = load_records(journal, args.steps)
-        todo = plan(records, args.steps, sizes)
+        todo = plan(records, args.steps, sizes, seeds)
         print(f"{len(records)} of {total_runs()} runs in {args.journal} (code version {journal.code_version}); "
               f"{len(todo)} can run now:")
         for run in todo:
             print(f"  {run.size} {run.algorithm} {run.arm} ρ={run.ratio} {run.mode} lr={run.lr:g} seed={run.seed}")
         return 0
     if not args.tables_only:
-        run_missing(journal, args.steps, shard, args.limit, sizes)
+        run_missing(journal, args.steps, shard, args.limit, sizes, seeds)
         journal = RunJournal(args.journal)
     records = load_records(journal, args.steps)
     print(f"training code version {journal.code_version}")

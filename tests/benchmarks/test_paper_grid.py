@@ -86,6 +86,7 @@ def test_tables_give_intervals_paired_differences_and_where_the_tokens_go() -> N
     records[some]["entry"]["host"] = "AMD EPYC (with AVX-512)"
     assert f"CPU kinds of the runs: AMD EPYC (with AVX-512) (1), not recorded ({len(records) - 1})" in \
         grid.tables(records)
+    del records[some]["entry"]["host"]
     records[some]["entry"]["first_step"]["reward/mean"] = 0.99
     assert grid.seed_check(records) == [f"{some.size} {some.algorithm} seed {some.seed}: 2 first-step signatures"]
 
@@ -126,6 +127,30 @@ def test_one_size_plans_and_runs_alone(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--size", "tiny-xl"])
     assert "--size" in capsys.readouterr().err
+
+
+def test_one_seed_plans_and_runs_alone_and_a_seed_stays_on_one_cpu_kind(tmp_path: Path, capsys) -> None:
+    records = _lr_records("tiny-m", dict.fromkeys(grid.ARMS, 2e-5))
+    todo = grid.plan(records, sizes=("tiny-m",), seeds=(3,))
+    assert todo and {r.seed for r in todo} == {3} and {r.size for r in todo} == {"tiny-m"}
+    assert {r.seed for r in grid.plan(records, sizes=("tiny-m",))} == {3, 4}
+    grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--size", "tiny-m", "--seed", "1"])
+    listed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert len(listed) == len(grid.lr_runs("tiny-m")) // len(grid.LR_SEEDS)
+    assert all(line.endswith("seed=1") for line in listed)
+    with pytest.raises(SystemExit):
+        grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--seed", "7"])
+    assert "--seed" in capsys.readouterr().err
+    # Seeds on two kinds are fine; one seed's arms on two kinds are not (they no longer share a base's bits).
+    for run, record in records.items():
+        record["entry"]["host"] = "Intel Xeon (with AVX-512)" if run.seed == 0 else "AMD EPYC (without AVX-512)"
+    assert grid.seed_check(records) == []
+    assert ("CPU kind of each seed's runs: seed 0 Intel Xeon (with AVX-512); seed 1 AMD EPYC (without AVX-512); "
+            "seed 2 AMD EPYC (without AVX-512)") in grid.tables(records)
+    moved = next(run for run in records if run.seed == 1 and run.arm == "random")
+    records[moved]["entry"]["host"] = "Intel Xeon (with AVX-512)"
+    assert grid.seed_check(records) == [
+        "tiny-m seed 1: runs from 2 CPU kinds (AMD EPYC (without AVX-512), Intel Xeon (with AVX-512))"]
 
 
 @pytest.mark.parametrize("cell", grid.CELLS, ids=lambda c: c.label)
