@@ -39,7 +39,7 @@ from api.service import Conflict, ControlPlane, IdempotencyKeyReused, NotFound, 
 from api.settings import ApiSettings
 from api.store import Kind
 from api.submissions import RequestRejected
-from api.tracking import TrackingView
+from api.tracking_view import TrackingView
 from sweeps.spec import BaseExperiment, SweepSpec
 
 logger = logging.getLogger(__name__)

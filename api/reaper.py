@@ -38,7 +38,7 @@ import psutil
 
 from api.ray_jobs import JobNotFound, JobsBackend, JobState, LiveProcess, RayUnavailable
 from api.store import Submission, SubmissionStore
-from api.tracking import TrackingView
+from api.tracking_view import TrackingView
 
 logger = logging.getLogger(__name__)
 

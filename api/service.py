@@ -37,7 +37,7 @@ from api.store import (
     owner_only_dir,
 )
 from api.submissions import PreparedJob, entrypoint, output_dir, prepare_run, prepare_sweep
-from api.tracking import API_ID_TAG, RunLocation, TrackingView, TrialCounts
+from api.tracking_view import API_ID_TAG, RunLocation, TrackingView, TrialCounts
 from sweeps.spec import BaseExperiment, SweepSpec
 
 logger = logging.getLogger(__name__)

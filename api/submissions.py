@@ -11,7 +11,7 @@ file"). Before that file is written:
   ("file … does not exist") cannot probe the rest of the disk; then every ``Path`` field and file
   source of every validated trial config is checked again (catching presets and fields added later);
 - the MLflow tracking URI and the output folder are the server's, and every run is tagged with the
-  submission id so that its MLflow run can be found exactly (api/tracking.py).
+  submission id so that its MLflow run can be found exactly (api/tracking_view.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from api.limits import MAX_TRIALS, number_errors
 from api.settings import ApiSettings
-from api.tracking import API_ID_TAG
+from api.tracking_view import API_ID_TAG
 from orchestrator.config import ExperimentConfig
 from orchestrator.config_loader import ConfigError, apply_overrides, preset_names, read_config_dict
 from orchestrator.data.config import BUILTIN_SOURCES, DatasetSpec

@@ -48,7 +48,7 @@ def settings_for(smoke: bool) -> dict:
 
 
 def run(smoke: bool) -> dict:
-    require_modules("sweeps.run", "sweeps.runner", "sweeps.tuner", "sweeps.trainable", "orchestrator.train")
+    require_modules("sweeps.run", "sweeps.driver", "sweeps.tuner", "sweeps.trainable", "orchestrator.train")
     from orchestrator.config_loader import load_experiment
     from orchestrator.resources import run_bundles
 
@@ -102,7 +102,7 @@ def _trial_durations(out_dir: Path) -> list[float]:
     """Seconds of every trial's MLflow run (child runs of the sweep's parent run), from the SQLite store."""
     from mlflow import MlflowClient
 
-    from sweeps.tracking import PARENT_TAG, default_tracking_uri
+    from sweeps.parent_run import PARENT_TAG, default_tracking_uri
 
     client = MlflowClient(default_tracking_uri(out_dir))
     runs = [run for experiment in client.search_experiments()

@@ -6,7 +6,7 @@ The same problems at every evaluation (the first ones of the held-out set, by in
 included), so a reader follows one question from the base to the trained policy. With k samples per problem
 the first sample is shown. One MLflow artifact per set and evaluation, ``completions/<set>/step_NNNNNN.json``,
 which the MLflow UI's artifact view shows as a table; the step-0 tables stay listed for that view however
-many evaluations follow (``orchestrator.tracking.log_table``).
+many evaluations follow (``orchestrator.run_tracking.log_table``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from workers.reward.shown_answer import shown_answer
 
 if TYPE_CHECKING:  # the sweep report reads this module's names without torch, which evaluation imports
     from orchestrator.evaluation import Evaluation
-    from orchestrator.tracking import RunTracker
+    from orchestrator.run_tracking import RunTracker
 
 # What a reader compares first comes first: the UI's table view shows about four columns before it scrolls,
 # and answer, reference and reward tell at a glance whether a gain is real.

@@ -61,7 +61,7 @@ from orchestrator.evaluation import (BASE_REFERENCE_FILE, BaseReference, Evaluat
 from orchestrator.resources import run_bundles
 from orchestrator.rl_step import collect, pad_id, rl_step
 from orchestrator.rollout_ahead import RolloutAhead
-from orchestrator.tracking import RunTracker
+from orchestrator.run_tracking import RunTracker
 from workers.learner.batch import TrainBatch
 from workers.models.char_tokenizer import load_tokenizer
 
@@ -330,7 +330,7 @@ def _save(config: ExperimentConfig, workers: Workers, sampler: PromptSampler, st
     workers.learners.save_checkpoint(folder, node_local=config.checkpoint.node_local)
     checkpointing.write_run_state(folder, {"step": step, **ahead.state_dict(), "sampler": sampler.state_dict(),
                                            "mlflow_run_id": tracker.run_id})
-    # Metrics go to MLflow only once the checkpoint that covers them exists (see tracking.py).
+    # Metrics go to MLflow only once the checkpoint that covers them exists (see run_tracking.py).
     tracker.flush()
     checkpointing.prune(config.run_dir, config.checkpoint.keep_last)
     return folder

@@ -53,7 +53,7 @@ from sweeps.statistics import t_interval
 from sweeps.table_views import (LEGEND, WideTable, summary, to_csv, to_html, to_markdown, to_note, to_rich,
                                wide_tables)
 from sweeps.parent_summary import compare_url, log_summary, run_url
-from sweeps.tracking import DESCRIPTION_TAG, default_tracking_uri
+from sweeps.parent_run import DESCRIPTION_TAG, default_tracking_uri
 from workers.learner.methods import is_gmts_like
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from pydantic import BaseModel, ConfigDict
 
-from sweeps.tracking import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
+from sweeps.parent_run import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
 from workers.learner.methods import full_token_method, keeps_every_token
 
 logger = logging.getLogger(__name__)

@@ -56,7 +56,7 @@ from orchestrator import console_logs
 from orchestrator.config_loader import ConfigError
 from sweeps.report import build_report, print_report
 from sweeps.labels import trial_label
-from sweeps.runner import PreparedSweep, prepare_sweep, run_sweep
+from sweeps.driver import PreparedSweep, prepare_sweep, run_sweep
 from sweeps.spec import AXES, load_spec
 
 DEFAULT_OUTPUT_DIR = Path("runs")

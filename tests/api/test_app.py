@@ -25,11 +25,11 @@ from api.app import create_app
 from api.ray_jobs import RayJobs
 from api.service import SUBMIT_GRACE_S, ControlPlane
 from api.settings import ApiSettings
-from api.tracking import API_ID_TAG, TrackingView
+from api.tracking_view import API_ID_TAG, TrackingView
 from orchestrator.config_loader import load_experiment
+from sweeps.parent_run import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
 from sweeps.report import ablation_results
 from sweeps.spec import expand, load_spec
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
 from tests.api.support import TOKEN, FakeJobs, bearer, reconcile, sweep_body, wait_for, write_yaml
 
 V1_CALLS = [

@@ -48,9 +48,9 @@ from mlflow import MlflowClient
 from api.app import create_app
 from api.ray_jobs import RayJobs
 from api.settings import ApiSettings
-from api.tracking import API_ID_TAG
+from api.tracking_view import API_ID_TAG
+from sweeps.parent_run import PARENT_TAG
 from sweeps.report import ablation_results
-from sweeps.tracking import PARENT_TAG
 from tests.api.support import bearer, free_port, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]

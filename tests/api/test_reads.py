@@ -22,7 +22,7 @@ from mlflow import MlflowClient
 from api.app import create_app
 from api.deferred import DeferredApp
 from api.ray_jobs import RayJobs
-from api.tracking import API_ID_TAG
+from api.tracking_view import API_ID_TAG
 from tests.api.support import bearer, reconcile, serve, sweep_body, wait_for
 
 

@@ -18,7 +18,7 @@ from orchestrator.completion_table import COLUMNS, artifact_file, completion_row
 from orchestrator.config_loader import load_experiment
 from orchestrator.data import load_dataset
 from orchestrator.evaluation import Evaluation
-from orchestrator.tracking import RunTracker, table_listing
+from orchestrator.run_tracking import RunTracker, table_listing
 
 
 @pytest.fixture

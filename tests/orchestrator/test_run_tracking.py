@@ -11,7 +11,7 @@ from mlflow import MlflowClient
 
 from orchestrator.config_loader import load_experiment
 from orchestrator.data import load_dataset
-from orchestrator.tracking import RunTracker, grid_params, run_params
+from orchestrator.run_tracking import RunTracker, grid_params, run_params
 
 
 def _config(tmp_path: Path, *overrides: str):

@@ -57,7 +57,7 @@ def test_metric_key_segments_are_mlflow_safe() -> None:
 
 
 def test_child_runs_of_the_demo_grid_are_named_by_what_they_are() -> None:
-    from sweeps.runner import nest_trials
+    from sweeps.driver import nest_trials
     from sweeps.layout import SweepRecord
 
     spec = SweepSpec.model_validate({"name": "demo", "base": {"preset": "cpu-tiny-s"},

@@ -10,8 +10,8 @@ import ray
 
 from orchestrator.config_loader import ConfigError
 from sweeps import run as sweep_cli
+from sweeps.driver import prepare_sweep
 from sweeps.layout import SweepLayout, find_record, new_record, save_record
-from sweeps.runner import prepare_sweep
 from sweeps.spec import load_spec
 from sweeps.storage import SweepStorage
 from tests.sweeps.s3_server import environment, object_keys, s3_server

@@ -15,10 +15,10 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
 from orchestrator.completion_table import COLUMNS, artifact_file
-from orchestrator.tracking import log_table
+from orchestrator.run_tracking import log_table
 from sweeps.labels import trial_label
+from sweeps.parent_run import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
 from sweeps.report import build_report
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
 from sweeps.ui_check import check_sweep
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),

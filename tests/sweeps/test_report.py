@@ -13,13 +13,13 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
 
 from orchestrator.completion_table import COLUMNS, artifact_file
-from orchestrator.tracking import log_table
+from orchestrator.run_tracking import log_table
 from sweeps import report as report_cli
 from sweeps.report import TokenStats, ablation_results, build_report, token_diagnostics
 from sweeps.ablation import AblationResults
 from sweeps.results import find_parent, read_sweep
 from sweeps.table_views import wide_tables
-from sweeps.tracking import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
+from sweeps.parent_run import LR_SOURCE_TAG, PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG, ensure_experiment
 
 SWEEP_ID = "unit-sweep-20260101-000000"
 FINAL_STEP = 3

@@ -48,7 +48,7 @@ from ray._private import state as ray_state
 from ray.cluster_utils import Cluster
 
 from orchestrator.cluster import loopback_only
-from sweeps.tracking import PARENT_TAG, SWEEP_ID_TAG
+from sweeps.parent_run import PARENT_TAG, SWEEP_ID_TAG
 from tests.sweeps.cli_process import wait_for
 from tests.sweeps.s3_server import environment, object_keys, s3_server
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from sweeps.tracking import PARENT_TAG
+from sweeps.parent_run import PARENT_TAG
 from tests.sweeps.cli_process import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

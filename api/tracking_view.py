@@ -22,7 +22,7 @@ from typing import Any
 from mlflow.tracking import MlflowClient
 
 from api.store import Submission
-from sweeps.tracking import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
+from sweeps.parent_run import PARENT_TAG, SPEC_NAME_TAG, SWEEP_ID_TAG, TRIAL_TAG
 
 logger = logging.getLogger(__name__)
 

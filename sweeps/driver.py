@@ -20,9 +20,7 @@ from orchestrator.config_loader import ConfigError
 from orchestrator.resources import run_bundles
 from sweeps.labels import method_color, trial_label
 from sweeps.layout import SweepLayout, SweepRecord, find_record, new_record, save_record
-from sweeps.spec import SweepSpec, Trial, expand, trial_name
-from sweeps.storage import SweepStorage
-from sweeps.tracking import (
+from sweeps.parent_run import (
     SPEC_NAME_TAG,
     SWEEP_ID_TAG,
     TRIAL_TAG,
@@ -32,6 +30,8 @@ from sweeps.tracking import (
     open_parent_run,
     resolve_tracking_uri,
 )
+from sweeps.spec import SweepSpec, Trial, expand, trial_name
+from sweeps.storage import SweepStorage
 from sweeps.trainable import FINAL_KEY
 from sweeps.tuner import TRIAL_KEY, build_tuner, can_restore, restore_tuner
 
