@@ -369,7 +369,7 @@ def _cell_table(cell: Cell, chosen: dict[str, float], records: dict, steps: int)
 def host_kinds(records: dict[PlannedRun, dict]) -> str:
     """Which CPU kinds made the runs, with counts (runs journalled before the kind was recorded: "not recorded").
     One kind per size and seed is what a table needs (the module docstring says why)."""
-    counts = Counter(record["entry"].get("host", "not recorded") for record in records.values())
+    counts = Counter(_host(record) for record in records.values())
     return ", ".join(f"{kind} ({n})" for kind, n in sorted(counts.items())) or "none yet"
 
 
@@ -378,8 +378,12 @@ def kinds_by_seed(records: dict[PlannedRun, dict], size: str) -> dict[int, set[s
     kinds: dict[int, set[str]] = defaultdict(set)
     for run, record in records.items():
         if run.size == size:
-            kinds[run.seed].add(record["entry"].get("host", "not recorded"))
+            kinds[run.seed].add(_host(record))
     return dict(kinds)
+
+
+def _host(record: dict) -> str:
+    return record["entry"].get("host", "not recorded")
 
 
 def seed_check(records: dict[PlannedRun, dict]) -> list[str]:
