@@ -18,10 +18,13 @@ PROMPT = [VOCAB[c] for c in "23+45="]
 
 
 @pytest.fixture
-def multiprocess_engine(tiny_model_dir, monkeypatch):
+def multiprocess_engine(tiny_model_dir, monkeypatch, tmp_path):
     import vllm.envs
 
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    # The engine core's ZMQ sockets are files named by UUID in this folder, and vLLM leaves them behind at
+    # shutdown: here they go with the test's tmp_path instead of piling up in /tmp.
+    monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(tmp_path))
     # An in-process engine made earlier in this process froze vLLM's env-var cache; re-read the variable.
     vllm.envs.disable_envs_cache()
     engine = RolloutEngine(tiny_model_dir, RolloutConfig(max_new_tokens=12))
