@@ -41,7 +41,8 @@ def run(smoke: bool) -> dict:
             figures.append(Figure(f"{preset}: test accuracy, warm-up {score['steps']} steps ({factor:.0%})",
                                   round(100 * score["accuracy"], 2), "%",
                                   f"{score['correct']}/{score['problems'] * score['samples']}; "
-                                  f"sha256 {score['checksum'][:16]}"))
+                                  f"sha256 {score['checksum'][:16]}; {score['mixed_problems']} problems whose "
+                                  f"{score['samples']} samples disagree"))
         if len(scores) > 1:
             spread = max(abs(s["accuracy"] - own) for s in scores.values()) * 100
             figures.append(Figure(f"{preset}: largest change within ±10 % warm-up steps", round(spread, 2), "points",
@@ -80,6 +81,9 @@ def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, 
         "num_return_sequences": samples}
     torch.manual_seed(config.evaluation.seed)
     correct = 0
+    # Problems whose samples disagree: where a GRPO group of this base gets a non-zero advantage. A base can score
+    # 90 % with every problem all-right or all-wrong, and then RL from it learns nothing.
+    mixed = 0
     shown: dict[int, dict] = {}  # the first test problems' sampled answers: what the accuracy counts
     with torch.inference_mode():
         for start in range(0, len(problems), 256):
@@ -99,12 +103,19 @@ def _score(preset: str, factor: float, limit: int | None, overrides: tuple[str, 
                     texts = [tokenizer.decode(row, skip_special_tokens=True) for row in answers]
                     rewards = [verify_arithmetic(text, problem) for text in texts]
                     correct += sum(reward == 1.0 for reward in rewards)
+                    mixed += samples_disagree(rewards)
                     if index < SHOWN_ANSWERS:
                         shown[index] = {"id": problem.id, "prompt": problem.prompt, "answers": texts,
                                         "rewards": rewards}
     return {"steps": steps, "problems": len(problems), "samples": samples, "correct": int(correct),
-            "accuracy": correct / (samples * len(problems)), "checksum": base_checksum(policy),
+            "accuracy": correct / (samples * len(problems)), "mixed_problems": int(mixed),
+            "checksum": base_checksum(policy),
             "answers": [shown[index] for index in sorted(shown)]}
+
+
+def samples_disagree(rewards: list[float]) -> bool:
+    """Some of a problem's samples are paid and some are not (a GRPO group of them has a non-zero advantage)."""
+    return 0 < sum(reward == 1.0 for reward in rewards) < len(rewards)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,5 +36,12 @@ def test_a_probe_scores_its_warm_up_and_shows_the_answers_it_counts(capsys) -> N
         assert row["prompt"] == problem.prompt and len(row["answers"]) == score["samples"]
         assert row["rewards"] == [verify_arithmetic(text, problem) for text in row["answers"]]
     assert sum(reward == 1.0 for row in shown for reward in row["rewards"]) <= score["correct"]
+    assert score["mixed_problems"] == 0  # one greedy answer a problem: nothing to disagree
     assert verdict == {"preset": "cpu-tiny-s", "overrides": ["warmup.steps=50"], "largest_difference_points": 0.0,
                        "plateau": True}
+
+
+@pytest.mark.parametrize(("rewards", "disagree"), [([1.0, 0.0, 1.0, 1.0], True), ([0.0, 1.0], True),
+                                                   ([1.0, 1.0, 1.0, 1.0], False), ([0.0, 0.0], False), ([1.0], False)])
+def test_a_problem_counts_as_mixed_only_when_its_samples_disagree(rewards, disagree) -> None:
+    assert base_sensitivity.samples_disagree(rewards) is disagree
