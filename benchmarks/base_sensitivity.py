@@ -36,17 +36,17 @@ def run(smoke: bool) -> dict:
     for preset in presets:
         scores = {factor: _score(preset, factor, limit, overrides) for factor in factors}
         measurements[preset] = {str(factor): score for factor, score in scores.items()}
-        own = scores[1.0]["accuracy"]
         for factor, score in scores.items():
             figures.append(Figure(f"{preset}: test accuracy, warm-up {score['steps']} steps ({factor:.0%})",
                                   round(100 * score["accuracy"], 2), "%",
                                   f"{score['correct']}/{score['problems'] * score['samples']}; "
                                   f"sha256 {score['checksum'][:16]}; {score['mixed_problems']} problems whose "
                                   f"{score['samples']} samples disagree"))
-        if len(scores) > 1:
-            spread = max(abs(s["accuracy"] - own) for s in scores.values()) * 100
-            figures.append(Figure(f"{preset}: largest change within ±10 % warm-up steps", round(spread, 2), "points",
-                                  f"plateau (≤ {TOLERANCE_POINTS:g} points): {spread <= TOLERANCE_POINTS}"))
+        verdict = plateau_verdict({factor: 100 * score["accuracy"] for factor, score in scores.items()})
+        if verdict["plateau"] is not None:
+            figures.append(Figure(f"{preset}: largest change within ±10 % warm-up steps",
+                                  verdict["largest_difference_points"], "points",
+                                  f"plateau (≤ {TOLERANCE_POINTS:g} points): {verdict['plateau']}"))
     return BenchmarkResult(
         title="base policy: test accuracy (as each preset evaluates) of each tiny preset's warm-up at 90–110 % of its steps",
         settings={"presets": list(presets), "factors": list(factors), "test_set": TEST_SET, "limit": limit,
@@ -118,6 +118,18 @@ def samples_disagree(rewards: list[float]) -> bool:
     return 0 < sum(reward == 1.0 for reward in rewards) < len(rewards)
 
 
+def plateau_verdict(accuracies: dict[float, float]) -> dict:
+    """Whether test accuracy (in %) stays within ``TOLERANCE_POINTS`` of the preset's own warm-up (factor 1.0) at the
+    other factors. One score has no spread to judge, and without 1.0 there is nothing to measure the change from, so
+    both give ``plateau: None`` with the reason instead of a verdict the data cannot support."""
+    if 1.0 not in accuracies or len(accuracies) < 2:
+        return {"largest_difference_points": None, "plateau": None,
+                "reason": "a plateau needs the preset's own warm-up (factor 1.0) and at least one other factor"}
+    own = accuracies[1.0]
+    spread = max(abs(accuracy - own) for accuracy in accuracies.values())
+    return {"largest_difference_points": round(spread, 2), "plateau": spread <= TOLERANCE_POINTS}
+
+
 def main(argv: list[str] | None = None) -> int:
     """One preset's warm-up at the given factors of its steps, each scored as ``run`` scores it, one JSON line each
     (the first test problems' sampled answers with their rewards included), then the plateau verdict over them."""
@@ -148,10 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             scores[factor] = _score(args.preset, factor, args.limit, tuple(args.overrides))
         print(json.dumps({"preset": args.preset, "overrides": args.overrides, "factor": factor, **scores[factor]}),
               flush=True)
-    accuracies = [100 * score["accuracy"] for score in scores.values()]
-    spread = max(accuracies) - min(accuracies)
-    print(json.dumps({"preset": args.preset, "overrides": args.overrides, "largest_difference_points": round(spread, 2),
-                      "plateau": spread <= TOLERANCE_POINTS}))
+    verdict = plateau_verdict({factor: 100 * score["accuracy"] for factor, score in scores.items()})
+    print(json.dumps({"preset": args.preset, "overrides": args.overrides, **verdict}))
     return 0
 
 

@@ -37,11 +37,26 @@ def test_a_probe_scores_its_warm_up_and_shows_the_answers_it_counts(capsys) -> N
         assert row["rewards"] == [verify_arithmetic(text, problem) for text in row["answers"]]
     assert sum(reward == 1.0 for row in shown for reward in row["rewards"]) <= score["correct"]
     assert score["mixed_problems"] == 0  # one greedy answer a problem: nothing to disagree
-    assert verdict == {"preset": "cpu-tiny-s", "overrides": ["warmup.steps=50"], "largest_difference_points": 0.0,
-                       "plateau": True}
+    # One factor has no spread: no verdict, and the line says why.
+    assert (verdict["preset"], verdict["overrides"], verdict["largest_difference_points"], verdict["plateau"]) == (
+        "cpu-tiny-s", ["warmup.steps=50"], None, None)
+    assert "factor 1.0" in verdict["reason"]
 
 
 @pytest.mark.parametrize(("rewards", "disagree"), [([1.0, 0.0, 1.0, 1.0], True), ([0.0, 1.0], True),
                                                    ([1.0, 1.0, 1.0, 1.0], False), ([0.0, 0.0], False), ([1.0], False)])
 def test_a_problem_counts_as_mixed_only_when_its_samples_disagree(rewards, disagree) -> None:
     assert base_sensitivity.samples_disagree(rewards) is disagree
+
+
+@pytest.mark.parametrize(("accuracies", "spread", "plateau"), [
+    ({1.0: 92.53, 0.9: 93.13, 1.1: 94.50}, 1.97, True),
+    ({1.0: 50.0, 0.9: 48.5, 1.1: 52.25}, 2.25, False),
+    ({1.0: 50.0, 1.1: 48.0}, 2.0, True),
+    ({1.0: 50.0}, None, None),            # one score: no spread to judge
+    ({0.9: 50.0, 1.1: 50.0}, None, None),  # no 1.0: nothing to measure the change from
+])
+def test_the_plateau_verdict_measures_change_from_the_presets_own_warm_up(accuracies, spread, plateau) -> None:
+    verdict = base_sensitivity.plateau_verdict(accuracies)
+    assert (verdict["largest_difference_points"], verdict["plateau"]) == (spread, plateau)
+    assert ("reason" in verdict) is (plateau is None)
