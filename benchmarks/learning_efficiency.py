@@ -233,16 +233,18 @@ def parse_arm_lrs(text: str | None, arms: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def parse_shard(text: str | None) -> tuple[int, int] | None:
-    """``"k/n"`` → (k, n) with 0 ≤ k < n; None when unset."""
+def parse_shard(text: str | None, field: str = "GMTS_LE_SHARD") -> tuple[int, int] | None:
+    """``"k/n"`` → (k, n) with 0 ≤ k < n (shards count from 0: ``0/2`` and ``1/2``); None when unset. Errors name
+    ``field``, where the text came from."""
     if not text:
         return None
     try:
         k, n = (int(part) for part in text.split("/"))
     except ValueError:
-        raise ValueError(f"GMTS_LE_SHARD: expected k/n such as 0/2, got {text!r}") from None
+        raise ValueError(f"{field}: expected k/n such as 0/2, got {text!r}") from None
     if not 0 <= k < n:
-        raise ValueError(f"GMTS_LE_SHARD: need 0 <= k < n, got {text!r}")
+        raise ValueError(f"{field}: need 0 <= k < n (shards count from 0: 0/{n} … {max(n - 1, 0)}/{n}), "
+                         f"got {text!r}")
     return k, n
 
 

@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--journal", type=Path, help="JSON-lines journal: reused and appended to (required but "
                         "with --smoke)")
     parser.add_argument("--steps", type=int, default=RL_STEPS, help=f"RL steps per run (default {RL_STEPS})")
-    parser.add_argument("--shard", help="k/n: run only the runs whose key hashes to k mod n")
+    parser.add_argument("--shard", help="k/n with 0 <= k < n: run only the runs whose key hashes to k mod n")
     parser.add_argument("--limit", type=int, help="stop after this many new runs")
     parser.add_argument("--size", action="append", choices=tuple(SIZES), help="plan and run only this model size "
                         "(repeatable; default: every size): a size's runs are a grid of their own (its lr step, its "
@@ -430,7 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.code_version and not (args.plan or args.tables_only):
         parser.error("--code-version reads a journal (--plan, --tables-only); a run is journalled under the code "
                      "that made it")
-    shard = parse_shard(args.shard)
+    try:
+        shard = parse_shard(args.shard, "--shard")
+    except ValueError as error:
+        parser.error(str(error))
     journal = RunJournal(args.journal, args.code_version)
     sizes = tuple(args.size or SIZES)
     every_seed = sorted({seed for cell in CELLS for seed in cell.seeds})

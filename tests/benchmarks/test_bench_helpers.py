@@ -105,6 +105,8 @@ def test_shard_parsing_names_the_variable():
     for bad in ("2/2", "x", "1/0", "-1/2"):
         with pytest.raises(ValueError, match="GMTS_LE_SHARD"):
             parse_shard(bad)
+    with pytest.raises(ValueError, match=r"^--shard: need 0 <= k < n \(shards count from 0: 0/2 … 1/2\)"):
+        parse_shard("2/2", "--shard")
 
 
 def test_arm_lrs_give_the_named_arms_their_own_grid():

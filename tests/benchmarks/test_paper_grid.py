@@ -127,6 +127,9 @@ def test_one_size_plans_and_runs_alone(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit):
         grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--size", "tiny-xl"])
     assert "--size" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # shards count from 0: the second of two is 1/2
+        grid.main(["--journal", str(tmp_path / "grid.jsonl"), "--plan", "--size", "tiny-m", "--shard", "2/2"])
+    assert "--shard: need 0 <= k < n" in capsys.readouterr().err
 
 
 def test_one_seed_plans_and_runs_alone_and_a_seed_stays_on_one_cpu_kind(tmp_path: Path, capsys) -> None:
