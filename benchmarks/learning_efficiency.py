@@ -243,8 +243,7 @@ def parse_shard(text: str | None, field: str = "GMTS_LE_SHARD") -> tuple[int, in
     except ValueError:
         raise ValueError(f"{field}: expected k/n such as 0/2, got {text!r}") from None
     if not 0 <= k < n:
-        raise ValueError(f"{field}: need 0 <= k < n (shards count from 0: 0/{n} … {max(n - 1, 0)}/{n}), "
-                         f"got {text!r}")
+        raise ValueError(f"{field}: need 0 <= k < n (shards count from 0: two shards are 0/2 and 1/2), got {text!r}")
     return k, n
 
 
