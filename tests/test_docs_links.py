@@ -4,15 +4,26 @@ heading of that file (GitHub's slugs): a front page whose links 404 is no front 
 from __future__ import annotations
 
 import re
+import subprocess
 import unicodedata
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = {".venv", "node_modules", ".git", "runs", "mlruns"}
-DOCS = sorted(p for p in ROOT.rglob("*.md") if not SKIP & set(p.relative_to(ROOT).parts))
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def project_markdown(root: Path) -> list[Path]:
+    """The checkout's own Markdown: tracked or new, never what .gitignore names. Tools write Markdown into
+    ignored folders (pytest's cache writes ``.pytest_cache/README.md`` on its first run), and a test list that
+    grew by one after the first run would make two runs of the same suite disagree on its size."""
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", "*.md"],
+                            cwd=root, capture_output=True, text=True, check=True).stdout
+    return sorted({root / name for name in listed.split("\0") if name and (root / name).is_file()})
+
+
+DOCS = project_markdown(ROOT)
 
 
 def github_slug(heading: str) -> str:
@@ -57,3 +68,15 @@ def test_the_slug_rule_matches_githubs_on_known_headings() -> None:
     assert github_slug(" 2. Through a Ray cluster (`ray job submit`)") == "2-through-a-ray-cluster-ray-job-submit"
     assert github_slug(" real_model — none / ETS / GMTS on SmolLM2-135M-Instruct") == \
         "real_model--none--ets--gmts-on-smollm2-135m-instruct"
+
+
+def test_the_documents_are_the_checkouts_own_markdown(tmp_path: Path) -> None:
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / ".gitignore").write_text(".pytest_cache/\nruns/\n")
+    for name in ("README.md", "docs/usage.md", "docs/draft.md", ".pytest_cache/README.md", "runs/x/notes.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("# t\n")
+    subprocess.run([*git, "add", "README.md", "docs/usage.md", ".gitignore"], cwd=tmp_path, check=True)
+    found = {str(p.relative_to(tmp_path)) for p in project_markdown(tmp_path)}
+    assert found == {"README.md", "docs/usage.md", "docs/draft.md"}
